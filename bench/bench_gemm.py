@@ -1,0 +1,144 @@
+"""Benchmark (not a test): the fused kernel's W == 1 GEMM vs torch.mm, BF16, one Hopper GPU.
+
+For each (M, N, K): check correctness against an fp64 truth first (derived bound, as the tests), then
+time both with CUDA graphs of ``REPS`` back-to-back calls, inputs rotated over enough buffer sets that
+the working set exceeds L2, median of ``TRIALS`` graph replays. Prints TFLOP/s of both and the ratio,
+plus the compile seconds per (N, K) configuration.
+
+    python bench/bench_gemm.py [--ms 128,512,...] [--ns 4096,7168] [--ks 2048,4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kernel.fused import FusedGemmRs  # noqa: E402
+from kernel.fused.compile import compile_stats  # noqa: E402
+
+U_BF16, U_FP32 = 2.0**-8, 2.0**-24
+L2_BYTES = 50 * 2**20
+TRIALS = 25
+REPS = 10
+
+
+def check(impl, M, N, K) -> tuple[str, float]:
+    g = torch.Generator(device="cuda").manual_seed(M * 31 + N + K)
+    x = torch.randn(M, K, device="cuda", generator=g).bfloat16()
+    w = torch.randn(N, K, device="cuda", generator=g).bfloat16()
+    y = impl(x, w)
+    truth = x.double() @ w.double().T
+    bound = 2 * (U_BF16 * truth.abs() + K * U_FP32 * (x.double().abs() @ w.double().abs().T))
+    bad = int(((y.double() - truth).abs() > bound).sum())
+    ref = torch.mm(x, w.t())
+    same = float((y.float() - ref.float()).abs().max())
+    return "ok" if bad == 0 else f"FAIL({bad} out of bound)", same
+
+
+def time_graph(fn_list) -> float:
+    """Median seconds per call of a graph that runs every closure in fn_list once."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fn_list:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in fn_list:
+            f()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(TRIALS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3 / len(fn_list))
+    return statistics.median(times)
+
+
+def bench_one(impl, M, N, K, dev) -> tuple[float, float]:
+    """TFLOP/s of ours and of torch.mm, inputs rotated so that the working set exceeds L2."""
+    set_bytes = 2 * (M * K + N * K + M * N)
+    nsets = max(2, min(REPS, -(-2 * L2_BYTES // set_bytes)))
+    xs = [torch.randn(M, K, device=dev).bfloat16() for _ in range(nsets)]
+    ws = [torch.randn(N, K, device=dev).bfloat16() for _ in range(nsets)]
+    ys = [torch.empty(M, N, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
+    sets = [(xs[i % nsets], ws[i % nsets], ys[i % nsets]) for i in range(REPS)]
+    ours = [lambda a=a, b=b, c=c: impl(a, b, out=c) for a, b, c in sets]
+    theirs = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in sets]
+    t_ours, t_mm = time_graph(ours), time_graph(theirs)
+    flops = 2.0 * M * N * K
+    return flops / t_ours / 1e12, flops / t_mm / 1e12
+
+
+def host_overhead_us(impl, M) -> float:
+    """Wall time of one eager wrapper call, checks + launch, without waiting for the GPU."""
+    x = torch.randn(M, impl.K, device="cuda").bfloat16()
+    w = torch.randn(impl.N, impl.K, device="cuda").bfloat16()
+    y = torch.empty(M, impl.N, device="cuda", dtype=torch.bfloat16)
+    impl(x, w, out=y)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        impl(x, w, out=y)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / 200 * 1e6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ms", default="128,512,1024,4096,8192")
+    p.add_argument("--ns", default="4096,7168")
+    p.add_argument("--ks", default="2048,4096")
+    args = p.parse_args()
+    ms = [int(v) for v in args.ms.split(",")]
+    ns = [int(v) for v in args.ns.split(",")]
+    ks = [int(v) for v in args.ks.split(",")]
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+    dev = torch.device("cuda", 0)
+    print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}")
+    hdr = (
+        f"{'M':>6} {'N':>6} {'K':>6} | {'check':>6} {'max|ours-mm|':>12} | "
+        f"{'ours TF/s':>9} {'mm TF/s':>9} {'ratio':>6} | tile"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    max_m = max(ms)
+    for N in ns:
+        for K in ks:
+            impl = FusedGemmRs(max_M=max_m, N=N, K=K, device=dev, force_fused=True)
+            for M in ms:
+                verdict, diff = check(impl, M, N, K)
+                tf_o, tf_m = bench_one(impl, M, N, K, dev)
+                print(
+                    f"{M:>6} {N:>6} {K:>6} | {verdict:>6} {diff:>12.4g} | "
+                    f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} | "
+                    f"{'128x128' if impl.uses_small_tiles(M) else '128x256'}",
+                    flush=True,
+                )
+    print(f"\nhost time per eager call (launch only, M={ms[0]}): {host_overhead_us(impl, ms[0]):.1f} us")
+    print("\ncompile seconds per configuration:")
+    for (N, K, cfg, arch), v in compile_stats()["configs"].items():
+        print(
+            f"  N={N} K={K} tile={cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} stages={v['ab_stage']} "
+            f"sms={cfg.sm_count} {arch}: {v['seconds']:.2f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()

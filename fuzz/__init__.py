@@ -1,0 +1,1 @@
+"""Multi-rank fuzzing: Hypothesis in the driver, a persistent torchrun rank pool, watchdog, repro."""

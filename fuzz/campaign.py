@@ -1,0 +1,97 @@
+"""The release campaign behind ``ci/gate``: run the fuzz gate for this host, then summarise.
+
+    python -m fuzz.campaign [--profile smoke|ci|nightly] [--impl ...] [--world-sizes ...] [--topology ...]
+                            [--out reports/<stamp>]
+
+It runs ``PYTHONOPTIMIZE=1 pytest -n auto fuzz/`` (how users run the gate) with every case recorded as a
+JSON line (fuzz/record.py), shows progress while it runs (cases done, failures so far, rate), then
+writes the summary (:mod:`fuzz.summary`) and prints a verdict. Exit status 0 only when pytest passed and
+every recorded case passed; skipped tests and skipped checks are listed with their reasons, never
+counted as passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import threading
+import time
+
+PROFILES = {
+    # profile: (HYPOTHESIS_PROFILE, examples override or None)
+    "smoke": ("ci", "4"),
+    "ci": ("ci", None),
+    "nightly": ("nightly", None),
+}
+
+
+def _count_cases(out_dir: str) -> tuple[int, int]:
+    done = failed = 0
+    for path in glob.glob(os.path.join(out_dir, "cases-*.jsonl")):
+        with open(path) as f:
+            for line in f:
+                done += 1
+                failed += '"status": "passed"' not in line and '"status": "skipped"' not in line
+    return done, failed
+
+
+def _progress(out_dir: str, stop: threading.Event, t0: float, every: float) -> None:
+    last = -1
+    while not stop.wait(every):
+        done, failed = _count_cases(out_dir)
+        if done != last:
+            rate = done / max(1e-9, (time.time() - t0) / 60)
+            print(f"[gate] {done} cases, {failed} failed, {rate:.0f} cases/min, {time.time() - t0:.0f}s elapsed",
+                  flush=True)
+            last = done
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="ci/gate", description="GEMM-RS release campaign for this host")
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="ci")
+    ap.add_argument("--impl", default=None, help="comma list; default: all the host can run")
+    ap.add_argument("--world-sizes", default=None)
+    ap.add_argument("--topology", default=None)
+    ap.add_argument("--out", default=None, help="report directory (default reports/<UTC stamp>)")
+    ap.add_argument("--jobs", default=os.environ.get("GEMM_RS_JOBS", "auto"))
+    ap.add_argument("--progress-every", type=float, default=15.0)
+    args, extra = ap.parse_known_args(argv)
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out_dir = os.path.abspath(args.out or os.path.join(root, "reports", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
+    os.makedirs(out_dir, exist_ok=True)
+    hyp_profile, examples = PROFILES[args.profile]
+    env = dict(os.environ, PYTHONOPTIMIZE="1", HYPOTHESIS_PROFILE=hyp_profile, GEMM_RS_REPORT_DIR=out_dir)
+    if examples:
+        env["GEMM_RS_EXAMPLES"] = examples
+    cmd = [sys.executable, "-m", "pytest", os.path.join(root, "fuzz"), "-q", "-n", str(args.jobs),
+           "-p", "no:cacheprovider", "-rs", f"--junitxml={os.path.join(out_dir, 'junit.xml')}"]
+    for opt, val in (("--impl", args.impl), ("--world-sizes", args.world_sizes), ("--topology", args.topology)):
+        if val:
+            cmd += [opt, val]
+    cmd += extra
+    print(f"[gate] profile {args.profile}; report in {out_dir}\n[gate] {' '.join(cmd)}", flush=True)
+    t0 = time.time()
+    stop = threading.Event()
+    ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every), daemon=True)
+    ticker.start()
+    with open(os.path.join(out_dir, "pytest.log"), "w") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            log.write(line)
+            if line.startswith(("FAILED", "ERROR", "SKIPPED", "=")) or "REPRO:" in line:
+                print(line, end="", flush=True)
+        rc = proc.wait()
+    stop.set()
+    from .summary import summarise
+
+    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=args.profile)
+    print(summary["markdown"])
+    return 0 if summary["verdict"] == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

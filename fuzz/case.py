@@ -1,0 +1,106 @@
+"""A fuzz case: plain data (JSON) that, with the pool's world size, topology and implementation,
+determines everything a rank does. The driver's Hypothesis strategies (:mod:`fuzz.strategies`) build
+cases; ranks rebuild inputs from the seed; :func:`repro_command` is the one command that reruns one.
+
+Families and what each checks (the verification model; numbers are property names in reports):
+
+compute   for each M of ``ms`` in order, on one long-lived implementation instance:
+          1 within_tolerance  (implementation vs fp64 truth, derived budget)
+          2 oracle_within_tolerance (the oracle vs the same truth: the reference itself is sane)
+          3 bitwise_equal     (kind "exact": implementation == oracle bit for bit)
+          4 nonfinite_pattern_matches (NaN/Inf positions and classes == oracle's)
+          5 padded_rows_untouched (out= pre-filled with a sentinel)
+          6 guard_regions_untouched (red zones around out, after workspaces and flags)
+          7 repeatable        (``repeat`` calls at ms[0] give identical bits)
+          8 fresh_per_call    (len(ms) > 1: each result == a fresh instance's first call at that M)
+          ``late_rank`` sleeps ``delay_ms`` before its calls (skew changes nothing but time).
+capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with CapacityError before any
+          work and changes nothing (rejected_cleanly), then a valid call still passes 1.
+bad_call  an invalid call (``bad``: see BAD_CALLS) raises its typed error and changes nothing.
+graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
+          before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+
+FAMILIES = ("compute", "capacity", "bad_call", "graph")
+
+CAPACITY_BADS = ("zero", "over", "huge")
+
+# bad call -> name of the kernel.errors class it must raise
+BAD_CALLS = {
+    "x_dtype": "DTypeError",
+    "w_dtype": "DTypeError",
+    "out_dtype": "DTypeError",
+    "x_1d": "ShapeError",
+    "w_shape": "ShapeError",
+    "k_mismatch": "ShapeError",
+    "out_shape": "ShapeError",
+    "x_noncontiguous": "LayoutError",
+    "x_misaligned": "LayoutError",
+    "w_transposed": "ShapeError",
+    "x_device": "DeviceError",
+}
+
+
+@dataclass
+class Case:
+    family: str
+    seed: int
+    N: int
+    K: int
+    max_M: int
+    ms: list[int] = field(default_factory=lambda: [1])
+    kind: str = "gaussian"
+    out: str = "guarded"          # "guarded": sentinel-filled out= with red zones; "none": out=None
+    repeat: int = 2
+    late_rank: int | None = None
+    delay_ms: int = 0
+    bad: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | dict) -> Case:
+        d = json.loads(text) if isinstance(text, str) else dict(text)
+        return cls(**d)
+
+    def short(self) -> str:
+        parts = [self.family, f"M={self.ms}", f"N={self.N}", f"K={self.K}", self.kind]
+        if self.bad:
+            parts.append(f"bad={self.bad}")
+        if self.late_rank is not None:
+            parts.append(f"late_rank={self.late_rank}+{self.delay_ms}ms")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What a rank pool runs: it is part of every repro line."""
+
+    impl: str = "unfused"
+    topology: str = "cpu"
+    world_size: int = 2
+    optimize: int = 0
+
+    def key(self) -> tuple:
+        return (self.impl, self.topology, self.world_size, self.optimize)
+
+
+def repro_command(case: Case, spec: PoolSpec) -> str:
+    """One command that reruns exactly this case on a fresh pool of the same kind."""
+    py = "python -O" if spec.optimize else "python"
+    return (
+        f"{py} -m fuzz.repro --impl {shlex.quote(spec.impl)} --topology {spec.topology} "
+        f"--world-size {spec.world_size} --case {shlex.quote(case.to_json())}"
+    )
+
+
+def python_flags(optimize: int) -> list[str]:
+    return [sys.executable] + (["-" + "O" * optimize] if optimize else [])

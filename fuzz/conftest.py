@@ -1,0 +1,88 @@
+"""Fuzz-suite plumbing: which (implementation, topology, W) combinations to gate, and one long-lived
+rank pool per combination per xdist worker (GPUs leased to workers without overlap)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from fuzz.case import PoolSpec
+from fuzz.pool import RankPool
+from fuzz.topology import available_topologies, lease_gpus
+
+_POOLS: dict[tuple, RankPool] = {}
+_LEASES: dict[str, object] = {}
+
+
+def _csv(value):
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _has_hopper() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def gate_matrix(config) -> list[tuple[str, str, int]]:
+    topologies = _csv(config.getoption("--topology")) or available_topologies()
+    impls = _csv(config.getoption("--impl")) or (["unfused", "fused"] if _has_hopper() else ["unfused"])
+    sizes = _csv(config.getoption("--world-sizes"))
+    out = []
+    for impl in impls:
+        for topo in topologies:
+            if impl == "fused" and topo == "cpu":
+                continue  # the fused kernel needs a GPU; the cpu topology gates the unfused path
+            ws = [int(w) for w in sizes] if sizes else ([1, 2, 3, 4, 8] if topo == "cpu" else [1, 2, 4, 8])
+            for w in ws:
+                out.append((impl, topo, w))
+    return out
+
+
+def pytest_generate_tests(metafunc):
+    if "gate" in metafunc.fixturenames:
+        combos = gate_matrix(metafunc.config)
+        metafunc.parametrize("gate", combos, ids=[f"{i}-{t}-W{w}" for i, t, w in combos], scope="session")
+
+
+def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = None) -> RankPool:
+    spec = PoolSpec(impl=impl, topology=topology, world_size=world_size,
+                    optimize=sys.flags.optimize if optimize is None else optimize)
+    pool = _POOLS.get(spec.key())
+    if pool is None:
+        gpus = None
+        if topology != "cpu":
+            need = 1 if topology == "shared-gpu" else world_size
+            lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(need)
+            if lease is None:
+                pytest.skip(f"no {need} free GPU(s) for {topology} on this host (others leased by other workers)")
+            _LEASES[f"{topology}-{need}"] = lease
+            gpus = lease.gpus
+        pool = RankPool(spec, gpus=gpus)
+        _POOLS[spec.key()] = pool
+    return pool
+
+
+@pytest.fixture(scope="session")
+def pool_factory():
+    yield get_pool
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
+    for lease in _LEASES.values():
+        lease.release()
+
+
+@pytest.fixture
+def pool(gate, pool_factory) -> RankPool:
+    impl, topology, world_size = gate
+    return pool_factory(impl, topology, world_size)
+
+
+def pytest_sessionfinish(session):
+    for pool in _POOLS.values():
+        pool.close()

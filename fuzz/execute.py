@@ -1,0 +1,299 @@
+"""What a rank does with one case (see :mod:`fuzz.case` for the families and their properties).
+
+Every rank runs the same sequence of collectives (implementation calls, oracle calls) in the same order,
+so a correct implementation never deadlocks here; a broken one that does is caught by the driver's
+watchdog. Each rank returns its own :class:`~properties.CheckResult` list; the ranks then agree on the
+verdict with an all-reduce on the gloo control group before reporting.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+import torch
+
+import kernel.errors as kerr
+from kernel.checks import shard_rows, valid_rows
+from oracle import make_w, make_x, reference_gemm_rs, seeded_shard_truth
+from properties import (
+    Guarded,
+    bitwise_equal,
+    fresh_per_call,
+    guard_regions_untouched,
+    nonfinite_pattern_matches,
+    padded_rows_untouched,
+    rejected_cleanly,
+    repeatable,
+    sentinel_like,
+    skipped,
+    within_tolerance,
+)
+from properties.result import CheckResult
+
+from .case import BAD_CALLS, Case
+
+
+class RankContext:
+    """A rank's long-lived state: its group, device, and implementation instances keyed by shape, so
+    cases that follow each other in one pool alternate M on the same instance (as in serving)."""
+
+    def __init__(self, impl_factory, *, rank: int, world_size: int, device: torch.device, group=None,
+                 topology: str = "cpu"):
+        self.impl_factory = impl_factory
+        self.rank, self.world_size, self.device, self.group = rank, world_size, device, group
+        self.topology = topology
+        self._impls: dict[tuple, object] = {}
+
+    def impl(self, case: Case):
+        key = (case.max_M, case.N, case.K)
+        if key not in self._impls:
+            self._impls[key] = self.fresh_impl(case)
+        return self._impls[key]
+
+    def fresh_impl(self, case: Case):
+        return self.impl_factory(self.group, max_M=case.max_M, N=case.N, K=case.K, device=self.device)
+
+    def close(self) -> None:
+        for impl in self._impls.values():
+            _close(impl)
+        self._impls.clear()
+
+    # inputs ---------------------------------------------------------------------------------
+    def x(self, case: Case, seed: int, M: int) -> torch.Tensor:
+        return make_x(seed, self.rank, M, case.K, self.world_size, case.kind).to(self.device)
+
+    def w(self, case: Case, seed: int) -> torch.Tensor:
+        return make_w(seed, self.rank, case.N, case.K, self.world_size, case.kind).to(self.device)
+
+    def truth(self, case: Case, seed: int, M: int):
+        dev = self.device if self.device.type == "cuda" else "cpu"
+        return seeded_shard_truth(seed, case.kind, self.rank, M, case.N, case.K, self.world_size, device=dev)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _close(impl) -> None:
+    close = getattr(impl, "close", None)
+    if close is not None:
+        close()
+
+
+def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
+    """All checks of ``case`` on this rank. Exceptions become a failed 'exception' check."""
+    try:
+        impl = ctx.impl(case)
+    except kerr.UnsupportedConfigError as exc:
+        return [CheckResult("unsupported_config_rejected", passed=True, rank=ctx.rank,
+                            detail=f"construction raised {type(exc).__name__}: {exc}",
+                            extra={"unsupported": True})]
+    runner = {"compute": _compute, "capacity": _capacity, "bad_call": _bad_call, "graph": _graph}.get(case.family)
+    if runner is None:
+        return [CheckResult("case_family", passed=False, rank=ctx.rank, detail=f"unknown family {case.family!r}")]
+    return runner(ctx, impl, case)
+
+
+# --- compute ------------------------------------------------------------------------------------
+
+def _call_checked(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag: str, late: bool):
+    """One implementation call at M with the full per-call property set. Returns (checks, output)."""
+    W, r = ctx.world_size, ctx.rank
+    x, w = ctx.x(case, seed, M), ctx.w(case, seed)
+    S, n_valid, row0 = shard_rows(M, W), valid_rows(M, W, r), r * shard_rows(M, W)
+    guarded = None
+    out = None
+    if case.out == "guarded":
+        guarded = Guarded(S, case.N, device=ctx.device)
+        guarded.payload.copy_(sentinel_like((S, case.N), device=ctx.device))
+        out = guarded.payload
+    before = out.clone() if out is not None else None
+    if late and case.late_rank == r and case.delay_ms > 0:
+        _delay(ctx, case.delay_ms)
+    y = impl(x, w, out=out)
+    ctx.sync()
+    ref = reference_gemm_rs(x, w, ctx.group)
+    truth = ctx.truth(case, seed, M)
+    checks = [
+        within_tolerance(y, truth, rank=r),
+        within_tolerance(ref, truth, rank=r, name="oracle_within_tolerance"),
+        nonfinite_pattern_matches(y, ref, n_valid, rank=r, row_offset=row0),
+    ]
+    if case.kind == "exact":
+        checks.append(bitwise_equal(y, ref, n_valid, rank=r, row_offset=row0))
+        exact_truth = truth.y[:n_valid].to(torch.bfloat16)
+        checks.append(bitwise_equal(ref, exact_truth, n_valid, rank=r, row_offset=row0, name="oracle_exact"))
+    if out is not None:
+        same = y.data_ptr() == out.data_ptr() and tuple(y.shape) == tuple(out.shape)
+        checks.append(CheckResult("returns_out", passed=same, rank=r,
+                                  detail="" if same else "the returned tensor is not the out= tensor"))
+        checks.append(padded_rows_untouched(out, before, n_valid, rank=r, row_offset=row0))
+        regions = dict(guarded.regions())
+        regions.update(impl.guard_regions())
+        checks.append(guard_regions_untouched(regions, rank=r))
+    else:
+        checks.append(guard_regions_untouched(impl.guard_regions(), rank=r))
+    for c in checks:
+        c.extra.setdefault("call", tag)
+        c.extra.setdefault("M", M)
+    return checks, y.clone(), (x, w, S, n_valid, row0)
+
+
+def _delay(ctx: RankContext, delay_ms: int) -> None:
+    if ctx.device.type == "cuda":
+        torch.cuda._sleep(int(delay_ms * 1.5e6))  # ~1.5 GHz: cycles for delay_ms on the GPU stream
+    else:
+        time.sleep(delay_ms / 1000)
+
+
+def _compute(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    r = ctx.rank
+    checks: list[CheckResult] = []
+    sequence = []
+    for i, M in enumerate(case.ms):
+        seed = case.seed + i
+        call_checks, y, (x, w, S, n_valid, row0) = _call_checked(ctx, impl, case, M, seed, tag=f"call{i}", late=True)
+        checks += call_checks
+        if i == 0 and case.repeat > 1:
+            outs = [y]
+            for _ in range(case.repeat - 1):
+                o = sentinel_like((S, case.N), device=ctx.device) if case.out == "guarded" else None
+                outs.append(impl(x, w, out=o).clone())
+            ctx.sync()
+            checks.append(repeatable(outs, n_valid, rank=r, row_offset=row0))
+        if len(case.ms) > 1:
+            fresh = ctx.fresh_impl(case)
+            try:
+                o = sentinel_like((S, case.N), device=ctx.device) if case.out == "guarded" else None
+                yf = fresh(x, w, out=o).clone()
+                ctx.sync()
+            finally:
+                _close(fresh)
+            sequence.append((M, y, yf, n_valid, row0))
+    if sequence:
+        checks.append(fresh_per_call(sequence, rank=r))
+    return checks
+
+
+# --- capacity ------------------------------------------------------------------------------------
+
+def _capacity(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    r, W = ctx.rank, ctx.world_size
+    w = ctx.w(case, case.seed)
+    if case.bad == "zero":
+        x = torch.empty(0, case.K, dtype=torch.bfloat16, device=ctx.device)
+    elif case.bad == "over":
+        x = ctx.x(case, case.seed, case.max_M + 1)
+    elif case.bad == "huge":
+        x = torch.zeros(1, case.K, dtype=torch.bfloat16, device=ctx.device).expand(1 << 40, case.K)
+    else:
+        return [CheckResult("case_family", passed=False, rank=r, detail=f"unknown capacity case {case.bad!r}")]
+    guarded = Guarded(shard_rows(case.max_M, W), case.N, device=ctx.device)
+    guarded.payload.copy_(sentinel_like(guarded.payload.shape, device=ctx.device))
+    watched = {"out (with guards)": guarded.buffer, "w": w, **impl.state_tensors()}
+    if case.bad != "huge":
+        watched["x"] = x
+    checks = [rejected_cleanly(lambda: impl(x, w, out=guarded.payload), kerr.CapacityError, watched, rank=r,
+                               name="capacity_rejected")]
+    checks[0].extra["bad"] = case.bad
+    # The instance still works after a rejected call.
+    call_checks, _, _ = _call_checked(ctx, impl, case, case.ms[0], case.seed + 1, tag="after_reject", late=False)
+    return checks + call_checks
+
+
+# --- bad calls -----------------------------------------------------------------------------------
+
+def _bad_call(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    r, W, dev = ctx.rank, ctx.world_size, ctx.device
+    M = case.ms[0]
+    x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
+    S = shard_rows(M, W)
+    out = sentinel_like((S, case.N), device=dev)
+    kind = case.bad
+    if kind not in BAD_CALLS:
+        return [CheckResult("case_family", passed=False, rank=r, detail=f"unknown bad call {kind!r}")]
+    expected: type | tuple = getattr(kerr, BAD_CALLS[kind])
+    args = {"x": x, "w": w, "out": out}
+    if kind == "x_dtype":
+        args["x"] = x.half()
+    elif kind == "w_dtype":
+        args["w"] = w.float()
+    elif kind == "out_dtype":
+        args["out"] = torch.zeros(S, case.N, dtype=torch.float32, device=dev)
+    elif kind == "x_1d":
+        args["x"] = x.reshape(-1)
+    elif kind == "w_shape":
+        args["w"] = torch.zeros(case.N + 8, case.K, dtype=torch.bfloat16, device=dev)
+    elif kind == "k_mismatch":
+        args["x"] = torch.zeros(M, case.K + 64, dtype=torch.bfloat16, device=dev)
+    elif kind == "out_shape":
+        args["out"] = sentinel_like((S + 1, case.N), device=dev)
+    elif kind == "x_noncontiguous":
+        buf = torch.zeros(M, 2 * case.K, dtype=torch.bfloat16, device=dev)
+        buf[:, ::2] = x
+        args["x"] = buf[:, ::2]  # strides (2K, 2): non-contiguous for every M
+    elif kind == "x_misaligned":
+        buf = torch.zeros(M * case.K + 1, dtype=torch.bfloat16, device=dev)
+        args["x"] = buf[1:].view(M, case.K)
+        args["x"].copy_(x)
+    elif kind == "w_transposed":
+        args["w"] = w.t()
+        expected = (kerr.ShapeError, kerr.LayoutError)
+    elif kind == "x_device":
+        args["x"] = x.to("meta") if dev.type == "cpu" else x.cpu()
+    watched = {"out": args["out"], "w": w, **impl.state_tensors()}
+    if args["x"].device.type != "meta":
+        watched["x"] = args["x"]
+    res = rejected_cleanly(lambda: impl(args["x"], args["w"], out=args["out"]), expected, watched, rank=r,
+                           name="bad_call_rejected")
+    res.extra["bad"] = kind
+    return [res]
+
+
+# --- graphs --------------------------------------------------------------------------------------
+
+def _graph(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    r, W = ctx.rank, ctx.world_size
+    if ctx.device.type != "cuda":
+        return [skipped("graph_replay", f"topology {ctx.topology} has no CUDA graphs", rank=r)]
+    waived = getattr(impl, "waived_clauses", {}).get("graph_capture")
+    if waived:
+        return [skipped("graph_replay", f"waived by the implementation: {waived}", rank=r)]
+    M = case.ms[0]
+    S, n_valid, row0 = shard_rows(M, W), valid_rows(M, W, r), r * shard_rows(M, W)
+    x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
+    out = sentinel_like((S, case.N), device=ctx.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        impl(x, w, out=out)  # warm-up (compile, workspaces) outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    ctx.sync()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        impl(x, w, out=out)
+    checks: list[CheckResult] = []
+    for i in range(max(1, case.repeat)):
+        seed = case.seed + 1 + i
+        x.copy_(ctx.x(case, seed, M))
+        w.copy_(ctx.w(case, seed))
+        out.copy_(sentinel_like(out.shape, device=ctx.device))
+        before = out.clone()
+        graph.replay()
+        ctx.sync()
+        truth = ctx.truth(case, seed, M)
+        ref = reference_gemm_rs(x, w, ctx.group)
+        for c in (within_tolerance(out, truth, rank=r, name="graph_replay"),
+                  padded_rows_untouched(out, before, n_valid, rank=r, row_offset=row0, name="graph_replay_padding")):
+            c.extra["replay"] = i
+            checks.append(c)
+        if case.kind == "exact":
+            checks.append(bitwise_equal(out, ref, n_valid, rank=r, row_offset=row0, name="graph_replay_exact"))
+    del graph
+    after, _, _ = _call_checked(ctx, impl, case, M, case.seed + 99, tag="eager_after_graph", late=False)
+    return checks + after
+
+
+def describe_exception(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -1,0 +1,118 @@
+"""Entry point of one rank of a pool: ``torchrun ... -m fuzz.rank_worker``.
+
+Joins the process group for its topology, connects to the driver (GEMM_RS_DRIVER=host:port), says hello
+(rank, pid, ``sys.flags.optimize``, device), then runs cases until told to stop. Its stdout/stderr go to
+``$GEMM_RS_LOGDIR/rank{r}.log``; SIGUSR1 makes faulthandler write every thread's stack to
+``rank{r}.stacks`` (how the driver collects stacks from a hung rank); it dies with its parent (no orphans).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import time
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _exit_when_driver_dies(driver_pid: int) -> None:
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(driver_pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="driver-watchdog", daemon=True).start()
+
+
+def main() -> int:
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    logdir = os.environ["GEMM_RS_LOGDIR"]
+    log = open(os.path.join(logdir, f"rank{rank}.log"), "a", buffering=1)  # noqa: SIM115
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    stacks = open(os.path.join(logdir, f"rank{rank}.stacks"), "a", buffering=1)  # noqa: SIM115
+    faulthandler.enable(file=stacks, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    _die_with_parent()
+    if os.environ.get("GEMM_RS_DRIVER_PID"):
+        _exit_when_driver_dies(int(os.environ["GEMM_RS_DRIVER_PID"]))
+
+    import torch
+    import torch.distributed as dist
+
+    from kernel.registry import load_implementation
+
+    from .case import Case
+    from .channel import ChannelClosed, connect
+    from .execute import RankContext, describe_exception, run_case
+
+    topology = os.environ.get("GEMM_RS_TOPOLOGY", "cpu")
+    if topology == "cpu":
+        device = torch.device("cpu")
+    elif topology == "shared-gpu":
+        device = torch.device("cuda", 0)
+    else:
+        device = torch.device("cuda", local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = "nccl" if topology == "multi-gpu" else "gloo"
+    dist.init_process_group(backend=backend)
+    ctrl = dist.new_group(backend="gloo") if backend != "gloo" else None
+    try:
+        impl_factory = load_implementation(os.environ["GEMM_RS_IMPL"])
+        load_error = None
+    except Exception as exc:  # noqa: BLE001 — reported to the driver, which fails the case
+        impl_factory, load_error = None, describe_exception(exc)
+    ctx = RankContext(impl_factory, rank=rank, world_size=world_size, device=device, group=None,
+                      topology=topology)
+    chan = connect(os.environ["GEMM_RS_DRIVER"])
+    chan.send({"type": "hello", "rank": rank, "pid": os.getpid(), "optimize": sys.flags.optimize,
+               "device": str(device), "torch": torch.__version__, "backend": backend})
+    while True:
+        try:
+            msg = chan.recv()
+        except ChannelClosed:
+            break
+        if msg.get("type") == "stop":
+            break
+        if msg.get("type") != "case":
+            continue
+        t0 = time.perf_counter()
+        checks, error = [], load_error
+        if error is None:
+            try:
+                checks = run_case(ctx, Case.from_json(msg["case"]))
+            except BaseException as exc:  # noqa: BLE001 — every failure goes back to the driver
+                error = describe_exception(exc)
+        local_failed = error is not None or any(not c.passed and not c.skipped for c in checks)
+        verdict = torch.tensor([int(local_failed)], dtype=torch.int32)
+        dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=ctrl)
+        chan.send({"type": "result", "id": msg["id"], "rank": rank, "error": error,
+                   "checks": [c.to_json() for c in checks], "group_failed": bool(verdict.item()),
+                   "seconds": time.perf_counter() - t0, "optimize": sys.flags.optimize})
+    ctx.close()
+    chan.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Case records for the gate's report: when GEMM_RS_REPORT_DIR is set, every case report is appended as
+one JSON line to ``$GEMM_RS_REPORT_DIR/cases-<worker>.jsonl`` (one file per xdist worker, no locking)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from .pool import CaseReport
+
+
+def record(report: CaseReport, test_id: str = "") -> None:
+    root = os.environ.get("GEMM_RS_REPORT_DIR")
+    if not root:
+        return
+    os.makedirs(root, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    row = {
+        "time": time.time(),
+        "test": test_id,
+        "impl": report.spec.impl,
+        "topology": report.spec.topology,
+        "world_size": report.spec.world_size,
+        "optimize": report.spec.optimize,
+        "driver_optimize": sys.flags.optimize,
+        "case": json.loads(report.case.to_json()),
+        "status": report.status,
+        "seconds": report.seconds,
+        "note": report.note,
+        "checks": [dict(c, rank=r) for r, c in report.checks()],
+        "rank_optimize": {str(r): m.get("optimize") for r, m in report.ranks.items()},
+        "repro": report.repro(),
+    }
+    with open(os.path.join(root, f"cases-{worker}.jsonl"), "a") as f:
+        f.write(json.dumps(row, allow_nan=True) + "\n")

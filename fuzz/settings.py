@@ -1,0 +1,40 @@
+"""Hypothesis profiles, chosen by HYPOTHESIS_PROFILE (default ``ci``):
+
+* ``ci``      — derandomized (the same examples every run, so CI is reproducible), no deadline (a case
+  is a multi-process collective; the pool has its own per-case deadline), ``print_blob`` so a failure
+  prints its ``@reproduce_failure`` blob, no example database (derandomized runs don't need one);
+* ``dev``     — random, fewer examples, the local example database (failures replay first next run);
+* ``nightly`` — random, many examples, the database.
+
+``GEMM_RS_EXAMPLES`` overrides max_examples of any profile.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True, database=None,
+                          max_examples=25, suppress_health_check=_SLOW_OK)
+settings.register_profile("dev", deadline=None, print_blob=True, max_examples=15, suppress_health_check=_SLOW_OK)
+settings.register_profile("nightly", deadline=None, print_blob=True, max_examples=400,
+                          suppress_health_check=_SLOW_OK,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+
+
+def load() -> None:
+    settings.load_profile(PROFILE)
+
+
+def examples(default: int) -> int:
+    """Examples for a test: GEMM_RS_EXAMPLES, else the profile's scaled by the test's weight."""
+    env = os.environ.get("GEMM_RS_EXAMPLES")
+    if env:
+        return int(env)
+    base = settings.get_profile(PROFILE).max_examples
+    return max(1, base * default // 25)

@@ -1,0 +1,91 @@
+"""Hypothesis strategies for cases. They shrink toward the simple case: M=1 and boundary values first,
+gaussian inputs, one call, no skew, seed 0, the first shape of the family."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from oracle.inputs import KINDS
+
+from .case import BAD_CALLS, CAPACITY_BADS, Case
+
+# (N, K) families: down-projection / attention-output shapes (hidden N, per-rank K slice), scaled to the
+# machine. K is a multiple of 64 (the fused kernel's K tile); N includes non-multiples of 128.
+SHAPES = {
+    "cpu": [(64, 64), (128, 128), (192, 64), (256, 128), (224, 256)],
+    "gpu": [(512, 256), (1024, 512), (7168, 2048), (4096, 1024), (1536, 704)],
+}
+MAX_M = {"cpu": 8192, "gpu": 8192}
+
+
+def machine(topology: str) -> str:
+    return "cpu" if topology == "cpu" else "gpu"
+
+
+def boundary_ms(world_size: int, max_M: int) -> list[int]:
+    W = world_size
+    cands = [1, W - 1, W, W + 1, 2 * W - 1, 127, 128, 129, 255, 256, 257, 1023, 1024, 1025, 4097, 8191,
+             max_M - 1, max_M]
+    out = []
+    for m in cands:
+        if 1 <= m <= max_M and m not in out:
+            out.append(m)
+    return out
+
+
+def m_values(world_size: int, max_M: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.sampled_from(boundary_ms(world_size, max_M)), st.integers(1, max_M))
+
+
+def shapes(topology: str) -> st.SearchStrategy[tuple[int, int]]:
+    return st.sampled_from(SHAPES[machine(topology)])
+
+
+@st.composite
+def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology))
+    ms = draw(st.lists(m_values(world_size, max_M), min_size=1, max_size=4))
+    kind = draw(st.sampled_from(KINDS))
+    out = draw(st.sampled_from(["guarded", "none"]))
+    late_rank = draw(st.none() | st.integers(0, world_size - 1))
+    delay_ms = draw(st.sampled_from([0, 5, 30])) if late_rank is not None else 0
+    seed = draw(st.integers(0, 2**31 - 1))
+    return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms)
+
+
+@st.composite
+def capacity_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology))
+    bad = draw(st.sampled_from(CAPACITY_BADS))
+    m_after = draw(m_values(world_size, min(max_M, 1024)))
+    # "over" materialises max_M + 1 rows of x: keep max_M modest for it
+    cap = draw(st.sampled_from([max_M, 257, 1024])) if bad == "over" else max_M
+    return Case("capacity", draw(st.integers(0, 2**31 - 1)), N, K, cap, [min(m_after, cap)], bad=bad)
+
+
+@st.composite
+def bad_call_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology))
+    bad = draw(st.sampled_from(sorted(BAD_CALLS)))
+    m = draw(m_values(world_size, min(max_M, 1024)))
+    return Case("bad_call", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], bad=bad)
+
+
+@st.composite
+def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology))
+    m = draw(m_values(world_size, max_M))
+    kind = draw(st.sampled_from(["gaussian", "exact"]))
+    return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], kind, repeat=3)
+
+
+FAMILY_STRATEGIES = {
+    "compute": compute_cases,
+    "capacity": capacity_cases,
+    "bad_call": bad_call_cases,
+    "graph": graph_cases,
+}

@@ -1,0 +1,68 @@
+"""The release gate: Hypothesis-generated cases on long-lived rank pools, for every (implementation,
+topology, W) the host supports (see fuzz/conftest.py). Run it as users do:
+
+    PYTHONOPTIMIZE=1 pytest -n auto fuzz/
+
+Each test states its family; fuzz/case.py lists, numbered, the properties each family checks. A
+failure prints every failed check (worst element, index, rank, budget), stacks of hung ranks, the
+Hypothesis blob and one REPRO line that reruns the case.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzz.gate import check_case
+from fuzz.settings import examples
+from fuzz.strategies import bad_call_cases, capacity_cases, compute_cases, graph_cases
+
+pytestmark = pytest.mark.multiproc
+
+
+@settings(max_examples=examples(40))
+@given(data=st.data())
+def test_compute(pool, data):
+    """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew."""
+    case = data.draw(compute_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples(12))
+@given(data=st.data())
+def test_capacity(pool, data):
+    """Out-of-range M rejected with CapacityError before any work, nothing changed, instance still works."""
+    case = data.draw(capacity_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples(15))
+@given(data=st.data())
+def test_bad_call(pool, data):
+    """Wrong dtype/shape/stride/device/alignment rejected with its typed error, nothing changed."""
+    case = data.draw(bad_call_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples(8))
+@given(data=st.data())
+def test_graph_replay(pool, data):
+    """CUDA graph captured once, replayed with inputs changed in place and out poisoned before each replay."""
+    if pool.spec.topology == "cpu":
+        pytest.skip("CUDA graphs need a GPU topology (cpu topology gates the unfused path on gloo)")
+    case = data.draw(graph_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples(6))
+@given(data=st.data())
+def test_capacity_under_python_O(gate, pool_factory, data):
+    """Out-of-range M in a pool started with ``python -O`` whatever the driver's level: the ranks report
+    sys.flags.optimize, so this proves the checks survive -O."""
+    impl, topology, world_size = gate
+    pool = pool_factory(impl, topology, world_size, optimize=1)
+    case = data.draw(capacity_cases(world_size, topology), label="case")
+    check_case(pool, case)
+    levels = {h["optimize"] for h in pool.hello.values()} if pool.hello else {pool.spec.optimize}
+    assert levels == {1}, f"ranks ran with optimize levels {levels}, expected 1"

@@ -1,0 +1,101 @@
+"""Where ranks run (CONTRACT.md, "Where it runs") and the environment every rank gets.
+
+| topology   | ranks                | collectives           | device per rank        |
+|------------|----------------------|-----------------------|------------------------|
+| cpu        | W processes          | gloo                  | cpu                    |
+| shared-gpu | W processes, one GPU | gloo (+ symm. memory) | the worker's leased GPU |
+| multi-gpu  | one GPU per rank     | NCCL (+ gloo control) | cuda:LOCAL_RANK         |
+
+Multicast stays off everywhere: MULTICAST_OFF is set for the ranks (and so for their children) by
+default, whatever the caller's environment says.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from dataclasses import dataclass
+
+TOPOLOGIES = ("cpu", "shared-gpu", "multi-gpu")
+
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 — a broken CUDA setup means no GPU for us
+        return 0
+
+
+def available_topologies() -> list[str]:
+    n = gpu_count()
+    out = ["cpu"]
+    if n >= 1:
+        out.append("shared-gpu")
+    if n >= 2:
+        out.append("multi-gpu")
+    return out
+
+
+def rank_env(topology: str, gpus: list[int] | None = None) -> dict[str, str]:
+    """Environment additions for the rank processes of a pool."""
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {topology!r}; one of {TOPOLOGIES}")
+    env = dict(MULTICAST_OFF)
+    env["GEMM_RS_TOPOLOGY"] = topology
+    if topology == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif topology == "shared-gpu":
+        env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpus[0])
+    elif gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    return env
+
+
+@dataclass
+class GpuLease:
+    """GPUs held by this process (an xdist worker) through lock files, so workers never overlap."""
+
+    gpus: list[int]
+    _files: list
+
+    def release(self) -> None:
+        for f in self._files:
+            try:
+                fcntl.flock(f, fcntl.LOCK_UN)
+            finally:
+                f.close()
+        self._files = []
+
+
+def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = None) -> GpuLease | None:
+    """Take ``count`` GPUs nobody else on this host holds (non-blocking). None if not possible now."""
+    total = gpu_count() if total is None else total
+    if count <= 0 or count > total:
+        return None
+    lock_dir = lock_dir or os.path.join(tempfile.gettempdir(), "gemm-rs-gpu-locks")
+    os.makedirs(lock_dir, exist_ok=True)
+    held, files = [], []
+    for g in range(total):
+        f = open(os.path.join(lock_dir, f"gpu{g}.lock"), "w")  # noqa: SIM115 — kept open while leased
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        held.append(g)
+        files.append(f)
+        if len(held) == count:
+            return GpuLease(held, files)
+    GpuLease(held, files).release()
+    return None

@@ -1,0 +1,147 @@
+"""Compile cache of the Hopper GEMM: one compiled kernel per (N, K, config, arch), reused for every M.
+
+M is a run-time ``Int32`` of the kernel (see :mod:`kernel.fused.gemm`), so the cache key has no M.
+Compilation needs no GPU: the target is named explicitly (``--gpu-arch sm_90a``), so it also runs on
+a CPU-only CI machine. Each compile keeps its PTX (``--keep-ptx`` into a temporary directory, read
+back into memory, directory removed) for tests that inspect the instructions.
+
+Not re-entrant across processes; inside a process a lock serialises compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .gemm import GemmConfig, HopperGemmBF16
+
+DEFAULT_ARCH = "sm_90a"
+
+
+@dataclass(frozen=True)
+class CompileKey:
+    N: int
+    K: int
+    config: GemmConfig
+    arch: str = DEFAULT_ARCH
+
+
+@dataclass
+class CompiledGemm:
+    """A compiled kernel for one key: ``launch(x, w, y, M, stream)`` computes ``y[:M] = x[:M] @ w.T``."""
+
+    key: CompileKey
+    fn: object
+    seconds: float
+    ptx: str
+    ab_stage: int
+    launches: int = field(default=0, compare=False)
+
+    def launch(self, x_ptr: int, w_ptr: int, y_ptr: int, M: int, stream) -> None:
+        """Queue one GEMM on ``stream`` (a ``cuda.bindings.driver.CUstream``). No host sync.
+
+        Pointers are raw device addresses (16-byte aligned, checked by the caller)."""
+        import cutlass
+        import cutlass.cute as cute
+        from cutlass.cute.runtime import make_ptr
+
+        gmem = cute.AddressSpace.gmem
+        self.fn(
+            make_ptr(cutlass.BFloat16, x_ptr, gmem, assumed_align=16),
+            make_ptr(cutlass.BFloat16, w_ptr, gmem, assumed_align=16),
+            make_ptr(cutlass.BFloat16, y_ptr, gmem, assumed_align=16),
+            cutlass.Int32(M),
+            stream,
+        )
+        self.launches += 1
+
+
+_LOCK = threading.Lock()
+_CACHE: dict[CompileKey, CompiledGemm] = {}
+_MISSES = 0
+_HITS = 0
+
+
+def get_compiled(N: int, K: int, config: GemmConfig | None = None, arch: str = DEFAULT_ARCH) -> CompiledGemm:
+    """The compiled kernel for (N, K, config, arch): compiled on first request, then served from cache."""
+    global _MISSES, _HITS
+    key = CompileKey(int(N), int(K), config or GemmConfig(), arch)
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _HITS += 1
+            return hit
+        _MISSES += 1
+        compiled = _compile(key)
+        _CACHE[key] = compiled
+        return compiled
+
+
+def _compile(key: CompileKey) -> CompiledGemm:
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    gemm = HopperGemmBF16(key.N, key.K, key.config)
+    gmem = cute.AddressSpace.gmem
+
+    def dummy_ptr():
+        return make_ptr(cutlass.BFloat16, 1 << 20, gmem, assumed_align=16)
+
+    dump_dir = tempfile.mkdtemp(prefix="fused_gemm_ptx_")
+    try:
+        t0 = time.perf_counter()
+        fn = cute.compile(
+            gemm,
+            dummy_ptr(),
+            dummy_ptr(),
+            dummy_ptr(),
+            cutlass.Int32(1),
+            cuda.CUstream(0),
+            options=f"--gpu-arch {key.arch} --keep-ptx --dump-dir {dump_dir}",
+        )
+        seconds = time.perf_counter() - t0
+        ptx = _read_ptx(fn)
+    finally:
+        shutil.rmtree(dump_dir, ignore_errors=True)
+    return CompiledGemm(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=gemm.ab_stage)
+
+
+def _read_ptx(fn) -> str:
+    """CuTe DSL 4.8.1 keeps the PTX in ``fn.__ptx__``: the text, or (if the dump failed) its path."""
+    ptx = getattr(fn, "__ptx__", None) or ""
+    if ptx and not ptx.lstrip().startswith("//") and os.path.isfile(ptx):
+        with open(ptx) as f:
+            ptx = f.read()
+    return ptx
+
+
+def ptx_text(N: int, K: int, config: GemmConfig | None = None, arch: str = DEFAULT_ARCH) -> str:
+    """PTX of the compiled kernel for this key (compiles it if needed)."""
+    return get_compiled(N, K, config, arch).ptx
+
+
+def compile_stats() -> dict:
+    """Compile seconds per configuration, plus cache hits and misses."""
+    with _LOCK:
+        return {
+            "hits": _HITS,
+            "misses": _MISSES,
+            "configs": {
+                (k.N, k.K, k.config, k.arch): {"seconds": v.seconds, "ab_stage": v.ab_stage}
+                for k, v in _CACHE.items()
+            },
+        }
+
+
+def clear_cache() -> None:
+    """Forget every compiled kernel and the counters (tests)."""
+    global _MISSES, _HITS
+    with _LOCK:
+        _CACHE.clear()
+        _MISSES = _HITS = 0

@@ -1,0 +1,121 @@
+"""The implementation interface every GEMM-RS under the gate provides (CONTRACT.md).
+
+An implementation is built once for a group and a capacity, then called many times::
+
+    impl = SomeGemmRs(group, max_M=8192, N=7168, K=2048, device=torch.device("cuda", 0))
+    ok = impl.can_run(w)           # Eligibility: truthy, with .reason when not
+    impl.should_run(x)             # does the fused path pay for this M?
+    shard = impl(x, w, out=None)   # (ceil(M / W), N) bf16: this rank's rows of sum_r x_r @ w_r.T
+    impl.last_path                 # which path ran: "fused", "unfused", ...
+
+Third-party kernels join the gate through an adapter that subclasses :class:`GemmRsImplementation`
+and declares in :attr:`waived_clauses` the contract clauses it legitimately does not offer (each with
+its reason); the suite then reports those clauses as skipped with that reason, never as passed.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .checks import check_operands, shard_rows, valid_rows
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """Answer of ``can_run``: truthy when the fused path supports the weight and group."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+#: Contract clauses an adapter may waive (``waived_clauses`` keys). The suite knows each by name.
+CLAUSES = (
+    "out_param",        # accepts out= and writes only its valid rows
+    "graph_capture",    # CUDA-graph capturable and replayable
+    "unaligned_m",      # any M in 1..max_M, not only multiples of W or of a tile
+    "capacity_check",   # rejects M > max_M / M <= 0 with a ValueError subclass before any work
+    "bad_call_checks",  # rejects wrong dtype/shape/device/layout with a clear error
+    "repeatable",       # bitwise identical results call after call
+)
+
+
+class GemmRsImplementation(abc.ABC):
+    """Base of every implementation and adapter. Subclasses implement :meth:`_run`."""
+
+    name: str = "abstract"
+    #: world sizes this implementation supports; others raise UnsupportedConfigError at construction
+    supported_world_sizes: range | tuple[int, ...] = range(1, 1 << 16)
+    #: clause name -> reason, for clauses of CLAUSES this implementation does not offer
+    waived_clauses: dict[str, str] = {}
+    #: M from which the fused path pays (CONTRACT.md: default 128)
+    should_run_min_m: int = 128
+
+    def __init__(self, group=None, *, max_M: int, N: int, K: int, device: torch.device | str | None = None):
+        from .checks import check_world_size
+
+        self.group = group
+        if dist.is_available() and dist.is_initialized():
+            self.world_size = dist.get_world_size(group)
+            self.rank = dist.get_rank(group)
+        else:
+            self.world_size, self.rank = 1, 0
+        check_world_size(self.world_size, self.supported_world_sizes)
+        if max_M <= 0 or N <= 0 or K <= 0:
+            from .errors import UnsupportedConfigError
+
+            raise UnsupportedConfigError(f"max_M, N, K must be positive, got {max_M}, {N}, {K}")
+        self.max_M, self.N, self.K = int(max_M), int(N), int(K)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.last_path: str | None = None
+
+    # --- contract -------------------------------------------------------------------------------
+    def can_run(self, weight: torch.Tensor) -> Eligibility:
+        """Whether this implementation's main path supports ``weight`` and the group."""
+        return Eligibility(True)
+
+    def should_run(self, x: torch.Tensor) -> bool:
+        """Whether the main path pays for this M (a call that ignores this is still correct)."""
+        return int(x.shape[0]) >= self.should_run_min_m
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        M = self.validate(x, w, out)
+        return self._run(x, w, out, M)
+
+    def validate(self, x, w, out) -> int:
+        """Every bad-call check, metadata only; returns M. Subclasses may add checks."""
+        return check_operands(
+            x, w, out, N=self.N, K=self.K, max_M=self.max_M, world_size=self.world_size, device=self.device
+        )
+
+    @abc.abstractmethod
+    def _run(self, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None, M: int) -> torch.Tensor:
+        """Compute this rank's shard; operands are already validated."""
+
+    # --- helpers ----------------------------------------------------------------------------------
+    def shard_rows(self, M: int) -> int:
+        return shard_rows(M, self.world_size)
+
+    def valid_rows(self, M: int) -> int:
+        return valid_rows(M, self.world_size, self.rank)
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Internal buffers a rejected call must leave bit-identical (workspaces, flags)."""
+        return {}
+
+    def guard_regions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """name -> (current words, expected words) of red zones after workspaces and flag areas."""
+        return {}
+
+    def close(self) -> None:
+        """Release workspaces (symmetric memory, compiled kernels). Idempotent."""
+        return None
+
+    def describe(self) -> dict:
+        return {"name": self.name, "world_size": self.world_size, "max_M": self.max_M, "N": self.N, "K": self.K}

@@ -1,0 +1,71 @@
+"""Unfused GEMM + reduce-scatter: the first real implementation, and the fused kernel's fallback.
+
+Per call: ``partials[:M] = x @ w.T`` (torch GEMM, fp32 accumulate, bf16 out) into a workspace built for
+max_M, rows ``M .. W*S`` zeroed, then one reduce-scatter of the ``W*S`` rows (NCCL or gloo) into a
+shard buffer, then only this rank's valid rows copied into ``out``. Every check runs before the GEMM
+(``if ...: raise``, so ``python -O`` keeps them); no allocation per call, so on NCCL the call is
+CUDA-graph capturable.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import collectives
+from .interface import GemmRsImplementation
+
+GUARD_ROWS = 2
+
+
+def guard_words(n: int, device) -> torch.Tensor:
+    """A fixed, irregular int16 pattern for red zones (not a plausible bf16 result row)."""
+    idx = torch.arange(n, dtype=torch.int32)
+    return ((idx * 40503 + 12345) % 65536 - 32768).to(torch.int16).to(device)
+
+
+class UnfusedGemmRs(GemmRsImplementation):
+    name = "unfused"
+
+    def __init__(self, group=None, *, max_M: int, N: int, K: int, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        s_max = self.shard_rows(self.max_M)
+        rows = self.world_size * s_max
+        # Workspace for max_M, followed by GUARD_ROWS red-zone rows (a write past capacity shows there).
+        self._ws = torch.empty(rows + GUARD_ROWS, self.N, dtype=torch.bfloat16, device=self.device)
+        self._partials = self._ws[:rows]
+        self._guard = self._ws[rows:]
+        self._guard_expected = guard_words(self._guard.numel(), self.device)
+        self._guard.view(-1).view(torch.int16).copy_(self._guard_expected)
+        self._shard = torch.empty(s_max, self.N, dtype=torch.bfloat16, device=self.device)
+        self._staging = None
+        if collectives.needs_host_staging(group, self.device):
+            pin = torch.cuda.is_available()
+            self._staging = (
+                torch.empty(rows, self.N, dtype=torch.bfloat16, pin_memory=pin),
+                torch.empty(s_max, self.N, dtype=torch.bfloat16, pin_memory=pin),
+            )
+        if not collectives.is_capturable(group, self.device):
+            self.waived_clauses = {
+                "graph_capture": f"unfused over {collectives.backend_of(group)} on {self.device.type} "
+                "stages through the host; not capturable",
+            }
+
+    def state_tensors(self):
+        return {"workspace": self._ws, "shard": self._shard}
+
+    def guard_regions(self):
+        return {"after workspace": (self._guard.reshape(-1).view(torch.int16), self._guard_expected)}
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        partials = self._partials[: self.world_size * S]
+        torch.mm(x, w.t(), out=partials[:M])
+        partials[M:].zero_()
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, partials, self.group, self._staging)
+        n_valid = self.valid_rows(M)
+        if out is None:
+            out = torch.zeros(S, self.N, dtype=torch.bfloat16, device=self.device)
+        out[:n_valid].copy_(shard[:n_valid])
+        self.last_path = "unfused"
+        return out

@@ -1,0 +1,75 @@
+"""fp64 truth for one rank's shard, and the per-element magnitudes the tolerance budget needs.
+
+From every rank's (x_r, w_r) (rebuilt locally, see :mod:`oracle.inputs`), for the rows of this rank's
+shard:
+
+* ``y``         = sum_r x_r @ w_r.T in fp64 (exact up to fp64 rounding, far below bf16's);
+* ``abs_partials`` = sum_r |x_r @ w_r.T|    (scale of the per-rank partial roundings and of the sum);
+* ``abs_products`` = sum_r |x_r| @ |w_r|.T  (scale of the fp32 accumulation error over K).
+
+Rows are the shard's S rows; rows past M (padding) are NaN so no check can read them by accident.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Truth:
+    y: torch.Tensor             # (S, N) float64
+    abs_partials: torch.Tensor  # (S, N) float64
+    abs_products: torch.Tensor  # (S, N) float64
+    n_valid: int                # rows of the shard that are real tokens
+    row_offset: int             # global row of shard row 0 (= rank * S)
+    K: int
+    world_size: int
+
+
+def shard_truth(inputs, rank: int, M: int, device: torch.device | str = "cpu") -> Truth:
+    """Truth for ``rank``'s shard. ``inputs``: [(x_r, w_r) for r in range(W)], x_r with all M rows."""
+    W = len(inputs)
+    S = -(-M // W)
+    r0 = rank * S
+    n_valid = max(0, min(S, M - r0))
+    rows = [(x[r0 : r0 + n_valid], w) for x, w in inputs]
+    return _truth_from_rows(rows, rank, M, W, device)
+
+
+def seeded_shard_truth(seed: int, kind: str, rank: int, M: int, N: int, K: int, world_size: int,
+                       device: torch.device | str = "cpu") -> Truth:
+    """Truth for ``rank``'s shard, rebuilding only the shard's rows of every rank's x."""
+    from .inputs import make_w, make_x
+
+    S = -(-M // world_size)
+    r0 = rank * S
+    n_valid = max(0, min(S, M - r0))
+    rows = [
+        (make_x(seed, r, M, K, world_size, kind, rows=(r0, r0 + n_valid)), make_w(seed, r, N, K, world_size, kind))
+        for r in range(world_size)
+    ]
+    return _truth_from_rows(rows, rank, M, world_size, device)
+
+
+def _truth_from_rows(rows, rank: int, M: int, W: int, device) -> Truth:
+    S = -(-M // W)
+    r0 = rank * S
+    n_valid = max(0, min(S, M - r0))
+    N, K = rows[0][1].shape
+    y = torch.full((S, N), float("nan"), dtype=torch.float64, device=device)
+    ap = torch.full_like(y, float("nan"))
+    aq = torch.full_like(y, float("nan"))
+    if n_valid:
+        y[:n_valid] = 0
+        ap[:n_valid] = 0
+        aq[:n_valid] = 0
+        for xs, w in rows:
+            xs = xs.to(device=device, dtype=torch.float64)
+            wd = w.to(device=device, dtype=torch.float64)
+            p = xs @ wd.T
+            y[:n_valid] += p
+            ap[:n_valid] += p.abs()
+            aq[:n_valid] += xs.abs() @ wd.abs().T
+    return Truth(y, ap, aq, n_valid, r0, K, W)

@@ -1,0 +1,27 @@
+"""Bitwise equality in exact mode (inputs from ``oracle.inputs`` kind ``exact``): every partial and sum
+is an integer of magnitude <= 256, exact in bf16, so implementation and oracle must agree bit for bit
+on every valid row, and against the fp64 truth too. A wrong peer, a rank counted twice or a row
+shifted by one changes an integer and cannot hide under any tolerance."""
+
+from __future__ import annotations
+
+import torch
+
+from .result import worst_of
+
+
+def bitwise_equal(actual: torch.Tensor, expected: torch.Tensor, n_valid: int, *, rank=None, row_offset=0,
+                  name="bitwise_equal"):
+    """Valid rows of ``actual`` and ``expected`` have identical bits (NaN payloads included)."""
+    a = actual[:n_valid].detach().cpu()
+    e = expected[:n_valid].detach().cpu()
+    if a.dtype != e.dtype:
+        e = e.to(a.dtype)
+    if a.element_size() == 2:
+        ab, eb = a.contiguous().view(torch.int16), e.contiguous().view(torch.int16)
+    else:
+        ab, eb = a.contiguous().view(torch.int32), e.contiguous().view(torch.int32)
+    wrong = ab != eb
+    err = (a.double() - e.double()).abs()
+    err = torch.where(wrong & ~(err > 0), torch.full_like(err, float("inf")), err)  # bit-different, same value
+    return worst_of(name, wrong, err, a, e, 0.0, rank=rank, row_offset=row_offset)

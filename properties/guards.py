@@ -1,0 +1,70 @@
+"""Guard (red-zone) regions: bytes around ``out`` and after a workspace or flag area are filled with a
+known pattern before a call and must be bit-identical afterwards. A write one row past ``out`` or past
+``max_M`` in a workspace changes them; nothing else would show it.
+
+:class:`Guarded` allocates ``[front guard | payload | back guard]`` in one buffer and hands out the
+payload as an ordinary contiguous tensor, so the implementation sees a normal ``out=``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .result import CheckResult, worst_of
+
+GUARD_ROWS = 2
+
+
+def guard_pattern(n: int, seed: int = 0x5EED, device="cpu") -> torch.Tensor:
+    """n int16 words, deterministic, never a whole row of one value (so zero-fills and copies show)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-(2**15), 2**15, (n,), generator=g, dtype=torch.int32).to(torch.int16).to(device)
+
+
+class Guarded:
+    """A (rows, cols) bf16 tensor with ``guard_rows`` guarded rows before and after it."""
+
+    def __init__(self, rows: int, cols: int, *, device="cpu", guard_rows: int = GUARD_ROWS, seed: int = 0x5EED):
+        self.rows, self.cols, self.g = rows, cols, guard_rows
+        total = (rows + 2 * guard_rows) * cols
+        self.buffer = torch.empty(total, dtype=torch.bfloat16, device=device)
+        self.pattern = guard_pattern(total, seed, device)
+        self.buffer.view(torch.int16).copy_(self.pattern)
+        start = guard_rows * cols
+        self.payload = self.buffer[start : start + rows * cols].view(rows, cols)
+
+    def regions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """name -> (current int16 words, expected int16 words)."""
+        words = self.buffer.view(torch.int16)
+        gw = self.g * self.cols
+        n = words.numel()
+        return {
+            "before out": (words[:gw], self.pattern[:gw]),
+            "after out": (words[n - gw :], self.pattern[n - gw :]),
+        }
+
+    def check(self, *, rank=None) -> CheckResult:
+        return guard_regions_untouched(self.regions(), rank=rank)
+
+
+def guard_regions_untouched(regions: dict[str, tuple[torch.Tensor, torch.Tensor]], *, rank=None,
+                            name="guard_regions_untouched") -> CheckResult:
+    """Every region's current words equal its expected words. Reports the first region that changed,
+    with the word offset and count."""
+    total, wrong_total, first = 0, 0, None
+    for region, (now, expected) in regions.items():
+        now_c, exp_c = now.detach().cpu().reshape(-1), expected.detach().cpu().reshape(-1)
+        changed = now_c != exp_c
+        n = int(changed.sum())
+        total += now_c.numel()
+        wrong_total += n
+        if n and first is None:
+            err = changed.double()
+            first = worst_of(name, changed, err, now_c.double(), exp_c.double(), 0.0, rank=rank)
+            first.worst_row = None  # the index is a word offset in the region, not a row of Y
+            first.detail = f"region '{region}': {n} of {now_c.numel()} 16-bit words changed"
+    if first is None:
+        return CheckResult(name=name, passed=True, rank=rank, total=total,
+                           detail=f"{len(regions)} guard regions intact")
+    first.total, first.n_wrong = total, wrong_total
+    return first

@@ -1,0 +1,33 @@
+"""The NaN/+Inf/-Inf pattern of the valid rows matches the oracle's: same positions, same class.
+A kernel that swallows a NaN (max-reduces it away, clamps it, zero-fills it) or invents one fails."""
+
+from __future__ import annotations
+
+import torch
+
+from .result import worst_of
+
+
+def _classes(t: torch.Tensor) -> torch.Tensor:
+    """0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
+    c = torch.zeros(t.shape, dtype=torch.int8)
+    c[torch.isnan(t)] = 1
+    c[torch.isposinf(t)] = 2
+    c[torch.isneginf(t)] = 3
+    return c
+
+
+def nonfinite_pattern_matches(actual: torch.Tensor, expected: torch.Tensor, n_valid: int, *, rank=None,
+                              row_offset=0, name="nonfinite_pattern_matches"):
+    a = actual[:n_valid].detach().cpu().double()
+    e = expected[:n_valid].detach().cpu().double()
+    ca, ce = _classes(a), _classes(e)
+    wrong = ca != ce
+    res = worst_of(name, wrong, wrong.double(), a, e, None, rank=rank, row_offset=row_offset)
+    res.extra["expected_nonfinite"] = int((ce != 0).sum())
+    res.extra["actual_nonfinite"] = int((ca != 0).sum())
+    if not res.passed:
+        res.detail = (f"oracle has {res.extra['expected_nonfinite']} non-finite elements, "
+                      f"implementation {res.extra['actual_nonfinite']}; class (finite/NaN/+Inf/-Inf) differs at "
+                      f"{res.n_wrong}")
+    return res

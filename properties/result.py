@@ -1,0 +1,113 @@
+"""The result every checker returns: a verdict plus what locates a failure, rendered the way
+``torch.testing.assert_close`` does ("Mismatched elements: 3 / 4096 ... at index (5, 7) ... allowed")."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+class PropertyViolation(AssertionError):
+    """Raised by :meth:`CheckResult.raise_if_failed`; an AssertionError so pytest reports it as a failure
+    (raised explicitly, so ``python -O`` keeps it)."""
+
+    def __init__(self, result: CheckResult):
+        super().__init__(result.render())
+        self.result = result
+
+
+@dataclass
+class CheckResult:
+    name: str
+    passed: bool
+    rank: int | None = None
+    total: int = 0                 # elements (or items) examined
+    n_wrong: int = 0
+    n_nan: int = 0
+    n_inf: int = 0
+    worst_index: tuple | None = None
+    worst_row: int | None = None   # global row of the worst element, when it is a row of Y
+    worst_actual: float | None = None
+    worst_expected: float | None = None
+    worst_error: float | None = None
+    allowed: float | None = None   # budget at the worst element
+    detail: str = ""
+    skipped: bool = False          # not applicable / waived: never counted as passed
+    extra: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def render(self) -> str:
+        who = f" rank {self.rank}" if self.rank is not None else ""
+        if self.skipped:
+            return f"[{self.name}]{who}: SKIPPED — {self.detail}"
+        verdict = "ok" if self.passed else "FAILED"
+        lines = [f"[{self.name}]{who}: {verdict}"]
+        if self.total:
+            pct = 100.0 * self.n_wrong / self.total
+            lines.append(f"Mismatched elements: {self.n_wrong} / {self.total} ({pct:.1f}%)")
+        if self.worst_index is not None:
+            where = f"at index {tuple(self.worst_index)}"
+            if self.worst_row is not None:
+                where += f" (global row {self.worst_row})"
+            msg = f"Greatest absolute difference: {self.worst_error:.6g} {where}"
+            if self.allowed is not None:
+                msg += f" (up to {self.allowed:.6g} allowed)"
+            lines.append(msg)
+            lines.append(f"  actual {self.worst_actual!r}, expected {self.worst_expected!r}")
+        if self.n_nan or self.n_inf:
+            lines.append(f"Non-finite: {self.n_nan} NaN, {self.n_inf} Inf in the checked elements")
+        if self.detail:
+            lines.append(self.detail)
+        return "\n".join(lines)
+
+    def raise_if_failed(self) -> CheckResult:
+        if not self.passed and not self.skipped:
+            raise PropertyViolation(self)
+        return self
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["worst_index"] = list(self.worst_index) if self.worst_index is not None else None
+        return d
+
+
+def skipped(name: str, reason: str, rank: int | None = None) -> CheckResult:
+    return CheckResult(name=name, passed=False, rank=rank, skipped=True, detail=reason)
+
+
+def worst_of(name, mask_wrong, err, actual, expected, allowed=None, *, rank=None, row_offset=0, total=None):
+    """Fill a CheckResult from an elementwise error tensor ``err`` (larger is worse; NaN counts as worst)
+    and a boolean mask of wrong elements."""
+    import torch
+
+    n_wrong = int(mask_wrong.sum())
+    total = int(mask_wrong.numel()) if total is None else total
+    res = CheckResult(name=name, passed=n_wrong == 0, rank=rank, total=total, n_wrong=n_wrong)
+    if err.numel() == 0:
+        return res
+    a64 = actual.double()
+    res.n_nan = int(torch.isnan(a64).sum())
+    res.n_inf = int(torch.isinf(a64).sum())
+    # Rank the elements: wrong ones first, then by error (NaN errors as +inf).
+    score = torch.nan_to_num(err.double(), nan=float("inf"), posinf=float("inf"))
+    if n_wrong:
+        score = torch.where(mask_wrong, score, torch.full_like(score, -1.0))
+    flat = int(torch.argmax(torch.nan_to_num(score, posinf=1e308)))
+    idx = tuple(int(i) for i in _unravel(flat, tuple(err.shape)))
+    res.worst_index = idx
+    res.worst_row = row_offset + idx[0] if err.dim() >= 1 else None
+    res.worst_actual = float(a64[idx])
+    res.worst_expected = float(expected.double()[idx])
+    res.worst_error = float(err.double()[idx])
+    if allowed is not None:
+        res.allowed = float(allowed[idx]) if hasattr(allowed, "shape") and allowed.dim() else float(allowed)
+    return res
+
+
+def _unravel(flat: int, shape: tuple) -> list[int]:
+    out = []
+    for dim in reversed(shape):
+        out.append(flat % dim)
+        flat //= dim
+    return list(reversed(out))

@@ -1,0 +1,64 @@
+"""A broken implementation makes the engine fail with a shrunk, minimal case and a REPRO line that,
+run as printed, reproduces the failure."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, find, settings
+
+from fuzz.case import Case, PoolSpec
+from fuzz.pool import RankPool
+from fuzz.strategies import compute_cases
+
+pytestmark = pytest.mark.multiproc
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def broken_pool():
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=2))
+    yield pool
+    pool.close()
+
+
+def test_shrinks_to_the_minimal_failing_case(broken_pool):
+    minimal = find(
+        compute_cases(2, "cpu", max_M=2048),
+        lambda case: not broken_pool.run(case).passed,
+        settings=settings(max_examples=300, database=None, deadline=None, derandomize=True,
+                          suppress_health_check=list(HealthCheck)),
+    )
+    # The bug: for odd M > 1 the last rank's partial is dropped. Simplest witness: one call at M=3.
+    assert minimal.ms == [3], minimal
+    assert minimal.kind == "gaussian" and minimal.late_rank is None and minimal.seed == 0
+
+
+def test_repro_line_reproduces_the_failure(broken_pool):
+    report = broken_pool.run(Case("compute", seed=0, N=64, K=64, max_M=512, ms=[3]))
+    assert report.status == "failed"
+    line = report.repro()
+    assert line.startswith("python -m fuzz.repro ")
+    argv = shlex.split(line)
+    argv[0] = sys.executable
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "within_tolerance" in proc.stdout and "FAILED" in proc.stdout
+    assert line in proc.stdout  # the rerun prints the same repro line
+
+
+def test_repro_of_a_passing_case_exits_zero():
+    case = Case("compute", seed=5, N=64, K=64, max_M=512, ms=[3, 100], kind="exact")
+    argv = shlex.split(RankPool(PoolSpec()).spec and f"python -m fuzz.repro --world-size 2 --case "
+                       f"{shlex.quote(case.to_json())}")
+    argv[0] = sys.executable
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: PASSED" in proc.stdout

@@ -1,0 +1,358 @@
+"""Every checker in properties/ (issue 2, item 1): passes on a correct result, fails on a planted wrong
+one, and the failure's rendering locates it (counts, index, global row, rank). ``raise_if_failed``
+raises PropertyViolation on failure and returns on pass; a skipped result is never ``passed``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel.errors import CapacityError, GemmRsInputError, ShapeError
+from kernel.unfused import UnfusedGemmRs
+from oracle import all_rank_inputs, shard_truth
+from properties import (
+    SENTINEL,
+    CheckResult,
+    Guarded,
+    PropertyViolation,
+    bitwise_equal,
+    fresh_per_call,
+    guard_regions_untouched,
+    nonfinite_pattern_matches,
+    padded_rows_untouched,
+    rejected_cleanly,
+    repeatable,
+    sentinel_like,
+    skipped,
+    within_tolerance,
+)
+
+M, N, K, W = 16, 32, 64, 2
+RANK = 1  # shard rows 8..15: global row = 8 + local row
+
+
+def _truth(kind="gaussian", seed=1):
+    inputs = all_rank_inputs(seed, M, N, K, W, kind)
+    return shard_truth(inputs, RANK, M)
+
+
+def _flip_bit(t: torch.Tensor, idx) -> torch.Tensor:
+    t = t.clone()
+    t.view(torch.int16)[idx] ^= 1
+    return t
+
+
+def _assert_pass_and_raise_protocol(res: CheckResult):
+    assert res.passed and bool(res) and not res.skipped, res.render()
+    assert res.raise_if_failed() is res
+    assert ": ok" in res.render()
+
+
+def _assert_fails(res: CheckResult, *needles: str):
+    assert not res.passed and not bool(res), res.render()
+    text = res.render()
+    assert "FAILED" in text
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in:\n{text}"
+    with pytest.raises(PropertyViolation) as info:
+        res.raise_if_failed()
+    assert info.value.result is res
+    assert str(info.value) == text
+    assert isinstance(info.value, AssertionError)  # pytest shows it as a failure
+    return text
+
+
+# --- within_tolerance ---------------------------------------------------------------------------
+
+
+def test_within_tolerance_passes_on_correctly_rounded_truth():
+    truth = _truth()
+    res = within_tolerance(truth.y.bfloat16(), truth, rank=RANK)
+    _assert_pass_and_raise_protocol(res)
+    assert res.total == 8 * N and res.n_wrong == 0
+    assert 0 < res.extra["max_error_over_budget"] <= 1
+
+
+def test_within_tolerance_locates_one_wrong_element():
+    truth = _truth()
+    bad = truth.y.bfloat16()
+    bad[5, 7] = float(truth.y[5, 7]) + 1.0
+    res = within_tolerance(bad, truth, rank=RANK)
+    _assert_fails(
+        res, "rank 1", "Mismatched elements: 1 / 256", "at index (5, 7)", "(global row 13)", "allowed"
+    )
+    assert res.n_wrong == 1 and res.worst_index == (5, 7) and res.worst_row == 13
+    assert res.worst_error > res.allowed
+
+
+def test_within_tolerance_counts_nan_as_wrong():
+    truth = _truth()
+    bad = truth.y.bfloat16()
+    bad[2, 3] = float("nan")
+    bad[6, 1] = float("inf")
+    res = within_tolerance(bad, truth, rank=RANK)
+    _assert_fails(res, "Mismatched elements: 2 / 256", "Non-finite: 1 NaN, 1 Inf")
+    assert res.worst_index in {(2, 3), (6, 1)}
+
+
+def test_within_tolerance_ignores_padding_rows():
+    # M=13, W=2: S=7, rank 1 has 6 valid rows; the 7th row is padding and never read
+    inputs = all_rank_inputs(1, 13, N, K, W)
+    truth = shard_truth(inputs, 1, 13)
+    got = torch.nan_to_num(truth.y, nan=0.0).bfloat16()
+    got[6:] = float("nan")
+    assert truth.n_valid == 6
+    _assert_pass_and_raise_protocol(within_tolerance(got, truth, rank=1))
+
+
+# --- bitwise_equal ------------------------------------------------------------------------------
+
+
+def test_bitwise_equal_passes_on_exact_truth():
+    truth = _truth("exact")
+    _assert_pass_and_raise_protocol(
+        bitwise_equal(truth.y.bfloat16(), truth.y, truth.n_valid, rank=RANK, row_offset=truth.row_offset)
+    )
+
+
+def test_bitwise_equal_locates_one_flipped_bit():
+    truth = _truth("exact")
+    bad = _flip_bit(truth.y.bfloat16(), (5, 7))
+    res = bitwise_equal(bad, truth.y, truth.n_valid, rank=RANK, row_offset=truth.row_offset)
+    _assert_fails(res, "rank 1", "Mismatched elements: 1 / 256", "at index (5, 7)", "(global row 13)")
+
+
+def test_bitwise_equal_sees_signed_zero():
+    res = bitwise_equal(torch.tensor([[0.0, -0.0]], dtype=torch.bfloat16), torch.zeros(1, 2), 1)
+    _assert_fails(res, "Mismatched elements: 1 / 2", "at index (0, 1)")
+    assert res.worst_error == float("inf")
+
+
+def test_bitwise_equal_checks_only_valid_rows():
+    a = torch.ones(4, 8, dtype=torch.bfloat16)
+    b = a.clone()
+    b[3] = 5
+    _assert_pass_and_raise_protocol(bitwise_equal(a, b, 3))
+    _assert_fails(bitwise_equal(a, b, 4), "Mismatched elements: 8 / 32")
+
+
+# --- padded_rows_untouched ----------------------------------------------------------------------
+
+
+def test_padded_rows_untouched_passes_when_only_valid_rows_written():
+    out = sentinel_like((6, N))
+    before = out.clone()
+    out[:3] = 1.5
+    _assert_pass_and_raise_protocol(padded_rows_untouched(out, before, 3, rank=0, row_offset=12))
+    no_padding = padded_rows_untouched(out, before, 6, rank=0)
+    assert no_padding.passed and "no padding rows" in no_padding.render()
+
+
+def test_padded_rows_untouched_locates_a_write_into_padding():
+    out = sentinel_like((6, N))
+    before = out.clone()
+    out[:3] = 1.5
+    out[4, 5] = 0.0
+    res = padded_rows_untouched(out, before, 3, rank=3, row_offset=12)
+    _assert_fails(res, "rank 3", "Mismatched elements: 1 / 96", "at index (4, 5)", "(global row 16)")
+    assert res.worst_expected == SENTINEL
+
+
+def test_padded_rows_untouched_sees_a_zero_fill():
+    out = sentinel_like((4, N))
+    before = out.clone()
+    out.zero_()
+    res = padded_rows_untouched(out, before, 2, rank=1, row_offset=4)
+    _assert_fails(res, f"Mismatched elements: {2 * N} / {2 * N}", "at index (2, 0)", "(global row 6)")
+
+
+# --- Guarded / guard_regions_untouched ----------------------------------------------------------
+
+
+def test_guarded_payload_is_an_ordinary_out_and_guards_pass():
+    g = Guarded(4, N)
+    assert g.payload.shape == (4, N) and g.payload.is_contiguous() and g.payload.dtype == torch.bfloat16
+    g.payload.fill_(3.0)  # writing all of out is allowed
+    res = g.check(rank=0)
+    _assert_pass_and_raise_protocol(res)
+    assert "2 guard regions intact" in res.render()
+
+
+@pytest.mark.parametrize(
+    ("where", "word", "region"), [("after", 0, "after out"), ("before", -1, "before out")]
+)
+def test_guarded_locates_a_write_one_past_out(where, word, region):
+    g = Guarded(4, N)
+    words = g.buffer.view(torch.int16)
+    first = g.g * N
+    pos = first + 4 * N + word if where == "after" else first + word  # one word past either end of out
+    words[pos] = ~words[pos]
+    res = g.check(rank=2)
+    offset = 0 if where == "after" else g.g * N - 1
+    _assert_fails(
+        res,
+        "rank 2",
+        f"region '{region}': 1 of {g.g * N} 16-bit words changed",
+        f"Mismatched elements: 1 / {2 * g.g * N}",
+        f"at index ({offset},)",
+    )
+    assert "global row" not in res.render()
+
+
+def test_guard_regions_untouched_on_plain_regions():
+    now = torch.arange(8, dtype=torch.int16)
+    ok = guard_regions_untouched({"flags": (now, now.clone())})
+    _assert_pass_and_raise_protocol(ok)
+    bad = now.clone()
+    bad[6] = 0
+    _assert_fails(
+        guard_regions_untouched({"flags": (bad, now)}, rank=1), "region 'flags': 1 of 8", "at index (6,)"
+    )
+
+
+# --- rejected_cleanly ---------------------------------------------------------------------------
+
+
+def _impl():
+    return UnfusedGemmRs(max_M=8, N=N, K=K)
+
+
+def test_rejected_cleanly_passes_on_a_real_rejection():
+    impl = _impl()
+    x, w = torch.ones(9, K, dtype=torch.bfloat16), torch.ones(N, K, dtype=torch.bfloat16)
+    out = sentinel_like((9, N))
+    res = rejected_cleanly(
+        lambda: impl(x, w, out=out), CapacityError, {"x": x, "w": w, "out": out, "workspace": impl._partials}
+    )
+    _assert_pass_and_raise_protocol(res)
+    assert "raised CapacityError" in res.render() and res.extra["raised"] == "CapacityError"
+
+
+def test_rejected_cleanly_fails_when_accepted():
+    impl = _impl()
+    x, w = torch.ones(4, K, dtype=torch.bfloat16), torch.ones(N, K, dtype=torch.bfloat16)
+    out = sentinel_like((4, N))
+    res = rejected_cleanly(lambda: impl(x, w, out=out), CapacityError, {"out": out})
+    _assert_fails(res, "call was accepted; expected CapacityError", "changed: out")
+
+
+def test_rejected_cleanly_fails_on_the_wrong_error_type():
+    impl = _impl()
+    x, w = torch.ones(9, K, dtype=torch.bfloat16), torch.ones(N, K, dtype=torch.bfloat16)
+    res = rejected_cleanly(lambda: impl(x, w), ShapeError, {"x": x})
+    _assert_fails(res, "raised CapacityError", "expected ShapeError")
+    assert rejected_cleanly(lambda: impl(x, w), (ShapeError, GemmRsInputError), {"x": x}).passed
+
+
+def test_rejected_cleanly_fails_when_the_rejection_changed_something():
+    out = sentinel_like((2, 4))
+    strided = sentinel_like((2, 8))[:, ::2]  # a non-contiguous watched tensor
+
+    def partial_write_then_raise():
+        out[1, 2] = 0.0
+        strided[0, 1] = 0.0
+        raise ShapeError("too late: already wrote")
+
+    res = rejected_cleanly(partial_write_then_raise, ShapeError, {"out": out, "view": strided}, rank=5)
+    _assert_fails(res, "rank 5", "Mismatched elements: 2 / 2", "changed: out, view")
+
+
+# --- repeatable ---------------------------------------------------------------------------------
+
+
+def test_repeatable_passes_on_identical_outputs():
+    t = torch.randn(6, N).bfloat16()
+    _assert_pass_and_raise_protocol(repeatable([t, t.clone(), t.clone()], 6))
+
+
+def test_repeatable_locates_the_differing_call():
+    t = torch.randn(6, N).bfloat16()
+    res = repeatable([t, t.clone(), _flip_bit(t, (2, 3))], 6, rank=1, row_offset=6)
+    _assert_fails(
+        res, "call 2 differs from call 0", "Mismatched elements: 1 / 192", "at index (2, 3)", "(global row 8)"
+    )
+
+
+def test_repeatable_needs_two_outputs():
+    res = repeatable([torch.zeros(2, 2)], 2)
+    _assert_fails(res, "need at least two outputs")
+
+
+# --- nonfinite_pattern_matches ------------------------------------------------------------------
+
+
+def _nonfinite_expected():
+    e = torch.randn(4, 8, dtype=torch.float64)
+    e[1, 2], e[3, 4], e[0, 0] = float("nan"), float("inf"), float("-inf")
+    return e
+
+
+def test_nonfinite_pattern_matches_passes_on_same_pattern():
+    e = _nonfinite_expected()
+    res = nonfinite_pattern_matches(e.bfloat16(), e, 4)
+    _assert_pass_and_raise_protocol(res)
+    assert res.extra["expected_nonfinite"] == res.extra["actual_nonfinite"] == 3
+
+
+def test_nonfinite_pattern_matches_locates_a_swallowed_nan():
+    e = _nonfinite_expected()
+    a = e.bfloat16()
+    a[1, 2] = 0.0
+    res = nonfinite_pattern_matches(a, e, 4, rank=2, row_offset=8)
+    _assert_fails(
+        res,
+        "rank 2",
+        "Mismatched elements: 1 / 32",
+        "at index (1, 2)",
+        "(global row 9)",
+        "oracle has 3 non-finite elements, implementation 2",
+    )
+
+
+def test_nonfinite_pattern_matches_distinguishes_inf_signs_and_invented_nans():
+    e = _nonfinite_expected()
+    a = e.bfloat16()
+    a[3, 4] = float("-inf")
+    a[2, 6] = float("nan")
+    res = nonfinite_pattern_matches(a, e, 4)
+    _assert_fails(res, "Mismatched elements: 2 / 32", "implementation 4")
+
+
+# --- fresh_per_call -----------------------------------------------------------------------------
+
+
+def _sequence(planted_at=None):
+    seq = []
+    for i, m in enumerate([129, 1, 1024, 129]):
+        fresh = torch.randn(3, 8).bfloat16()
+        got = _flip_bit(fresh, (1, 4)) if i == planted_at else fresh.clone()
+        seq.append((m, got, fresh, 3, 3 * i))
+    return seq
+
+
+def test_fresh_per_call_passes_when_every_call_is_as_fresh():
+    res = fresh_per_call(_sequence())
+    _assert_pass_and_raise_protocol(res)
+    assert "[129, 1, 1024, 129]" in res.render()
+
+
+def test_fresh_per_call_locates_the_stale_call():
+    res = fresh_per_call(_sequence(planted_at=3), rank=0)
+    _assert_fails(
+        res,
+        "call 3 of the sequence (M=129, sequence [129, 1, 1024, 129]) differs from a fresh call",
+        "Mismatched elements: 1 / 24",
+        "at index (1, 4)",
+        "(global row 10)",
+    )
+
+
+# --- skipped ------------------------------------------------------------------------------------
+
+
+def test_skipped_is_never_passed():
+    res = skipped("graph_replay", "waived: gloo on CPU is not capturable", rank=1)
+    assert res.skipped and not res.passed and not bool(res)
+    assert res.render() == "[graph_replay] rank 1: SKIPPED — waived: gloo on CPU is not capturable"
+    assert res.raise_if_failed() is res  # skipped is not a failure either
+    assert res.to_json()["skipped"] is True
