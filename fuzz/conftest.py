@@ -3,13 +3,16 @@ rank pool per combination per xdist worker (GPUs leased to workers without overl
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 
 from fuzz.case import PoolSpec
 from fuzz.pool import RankPool
-from fuzz.topology import available_topologies, lease_gpus
+from fuzz.topology import available_topologies, gpu_count, lease_gpus
+
+LEASE_WAIT_S = float(os.environ.get("GEMM_RS_GPU_LEASE_WAIT", "1800"))
 
 _POOLS: dict[tuple, RankPool] = {}
 _LEASES: dict[str, object] = {}
@@ -49,6 +52,21 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("gate", combos, ids=[f"{i}-{t}-W{w}" for i, t, w in combos], scope="session")
 
 
+def pytest_collection_modifyitems(config, items):
+    """With xdist's ``--dist loadgroup`` (pyproject addopts), every test of one GPU pool runs on one
+    worker: GPU k's shared-gpu combinations form group ``gpu-k``; multi-gpu ones group ``multi-gpu``;
+    cpu-topology tests spread freely. Workers then lease disjoint GPUs (fuzz/topology.py)."""
+    n_gpus = max(1, gpu_count())
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        gate = callspec.params.get("gate") if callspec else None
+        if not gate or gate[1] == "cpu":
+            continue
+        impl, topology, world_size = gate
+        group = "multi-gpu" if topology == "multi-gpu" else f"gpu-{world_size % n_gpus}"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = None) -> RankPool:
     spec = PoolSpec(impl=impl, topology=topology, world_size=world_size,
                     optimize=sys.flags.optimize if optimize is None else optimize)
@@ -57,9 +75,11 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
         gpus = None
         if topology != "cpu":
             need = 1 if topology == "shared-gpu" else world_size
-            lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(need)
+            prefer = world_size % max(1, gpu_count()) if topology == "shared-gpu" else 0
+            lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(need, wait_s=LEASE_WAIT_S, prefer=prefer)
             if lease is None:
-                pytest.skip(f"no {need} free GPU(s) for {topology} on this host (others leased by other workers)")
+                pytest.fail(f"no {need} free GPU(s) for {topology} within {LEASE_WAIT_S:.0f}s "
+                            f"(held by another run on this host?)")
             _LEASES[f"{topology}-{need}"] = lease
             gpus = lease.gpus
         pool = RankPool(spec, gpus=gpus)

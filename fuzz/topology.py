@@ -78,15 +78,28 @@ class GpuLease:
         self._files = []
 
 
-def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = None) -> GpuLease | None:
-    """Take ``count`` GPUs nobody else on this host holds (non-blocking). None if not possible now."""
+def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = None,
+               wait_s: float = 0.0, prefer: int = 0) -> GpuLease | None:
+    """Take ``count`` GPUs nobody else on this host holds, trying from GPU ``prefer`` on, waiting up to
+    ``wait_s`` for other holders (another pytest run on the same host). None if not possible."""
+    import time
+
     total = gpu_count() if total is None else total
     if count <= 0 or count > total:
         return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        lease = _try_lease(count, total, lock_dir, prefer)
+        if lease is not None or time.monotonic() >= deadline:
+            return lease
+        time.sleep(1.0)
+
+
+def _try_lease(count: int, total: int, lock_dir: str | None, prefer: int) -> GpuLease | None:
     lock_dir = lock_dir or os.path.join(tempfile.gettempdir(), "gemm-rs-gpu-locks")
     os.makedirs(lock_dir, exist_ok=True)
     held, files = [], []
-    for g in range(total):
+    for g in [(prefer + i) % total for i in range(total)]:
         f = open(os.path.join(lock_dir, f"gpu{g}.lock"), "w")  # noqa: SIM115 — kept open while leased
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
