@@ -24,8 +24,7 @@ def load_cases(out_dir: str) -> list[dict]:
 
 
 def environment() -> dict:
-    env = {"python": platform.python_version(), "optimize_driver": sys.flags.optimize,
-           "platform": platform.platform()}
+    env = {"python": platform.python_version(), "platform": platform.platform()}
     try:
         import torch
 
@@ -74,6 +73,9 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str) -> 
             cell["cases"] += 1
             cell["failures"] += 1
     n_failed = len(failures)
+    env = environment()
+    env["optimize_driver"] = sorted({row.get("driver_optimize") for row in cases}) or [sys.flags.optimize]
+    env["optimize_ranks"] = sorted({v for row in cases for v in row.get("rank_optimize", {}).values()})
     verdict = "PASS" if pytest_rc == 0 and n_failed == 0 and cases else "FAIL"
     rows = [
         {"impl": k[0], "topology": k[1], "world_size": k[2], "property": k[3], **v}
@@ -87,7 +89,7 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str) -> 
         "seconds": round(seconds, 1),
         "cases": len(cases),
         "failed_cases": n_failed,
-        "environment": environment(),
+        "environment": env,
         "properties": rows,
         "skipped": [{"reason": k, "count": v} for k, v in sorted(skipped.items())],
         "failures": failures,

@@ -13,8 +13,8 @@ from .result import worst_of
 def bitwise_equal(actual: torch.Tensor, expected: torch.Tensor, n_valid: int, *, rank=None, row_offset=0,
                   name="bitwise_equal"):
     """Valid rows of ``actual`` and ``expected`` have identical bits (NaN payloads included)."""
-    a = actual[:n_valid].detach().cpu()
-    e = expected[:n_valid].detach().cpu()
+    a = actual[:n_valid].detach()
+    e = expected[:n_valid].detach().to(a.device)
     if a.dtype != e.dtype:
         e = e.to(a.dtype)
     if a.element_size() == 2:

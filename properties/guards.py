@@ -26,21 +26,22 @@ class Guarded:
 
     def __init__(self, rows: int, cols: int, *, device="cpu", guard_rows: int = GUARD_ROWS, seed: int = 0x5EED):
         self.rows, self.cols, self.g = rows, cols, guard_rows
-        total = (rows + 2 * guard_rows) * cols
-        self.buffer = torch.empty(total, dtype=torch.bfloat16, device=device)
-        self.pattern = guard_pattern(total, seed, device)
-        self.buffer.view(torch.int16).copy_(self.pattern)
-        start = guard_rows * cols
-        self.payload = self.buffer[start : start + rows * cols].view(rows, cols)
+        gw = guard_rows * cols
+        self.buffer = torch.empty(rows * cols + 2 * gw, dtype=torch.bfloat16, device=device)
+        self.front = guard_pattern(gw, seed, device)
+        self.back = guard_pattern(gw, seed + 1, device)
+        words = self.buffer.view(torch.int16)
+        words[:gw].copy_(self.front)
+        words[words.numel() - gw :].copy_(self.back)
+        self.payload = self.buffer[gw : gw + rows * cols].view(rows, cols)
 
     def regions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """name -> (current int16 words, expected int16 words)."""
         words = self.buffer.view(torch.int16)
         gw = self.g * self.cols
-        n = words.numel()
         return {
-            "before out": (words[:gw], self.pattern[:gw]),
-            "after out": (words[n - gw :], self.pattern[n - gw :]),
+            "before out": (words[:gw], self.front),
+            "after out": (words[words.numel() - gw :], self.back),
         }
 
     def check(self, *, rank=None) -> CheckResult:
@@ -53,7 +54,8 @@ def guard_regions_untouched(regions: dict[str, tuple[torch.Tensor, torch.Tensor]
     with the word offset and count."""
     total, wrong_total, first = 0, 0, None
     for region, (now, expected) in regions.items():
-        now_c, exp_c = now.detach().cpu().reshape(-1), expected.detach().cpu().reshape(-1)
+        now_c = now.detach().reshape(-1)
+        exp_c = expected.detach().to(now_c.device).reshape(-1)
         changed = now_c != exp_c
         n = int(changed.sum())
         total += now_c.numel()

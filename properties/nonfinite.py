@@ -10,7 +10,7 @@ from .result import worst_of
 
 def _classes(t: torch.Tensor) -> torch.Tensor:
     """0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
-    c = torch.zeros(t.shape, dtype=torch.int8)
+    c = torch.zeros(t.shape, dtype=torch.int8, device=t.device)
     c[torch.isnan(t)] = 1
     c[torch.isposinf(t)] = 2
     c[torch.isneginf(t)] = 3
@@ -19,8 +19,8 @@ def _classes(t: torch.Tensor) -> torch.Tensor:
 
 def nonfinite_pattern_matches(actual: torch.Tensor, expected: torch.Tensor, n_valid: int, *, rank=None,
                               row_offset=0, name="nonfinite_pattern_matches"):
-    a = actual[:n_valid].detach().cpu().double()
-    e = expected[:n_valid].detach().cpu().double()
+    a = actual[:n_valid].detach().double()
+    e = expected[:n_valid].detach().to(a.device).double()
     ca, ce = _classes(a), _classes(e)
     wrong = ca != ce
     res = worst_of(name, wrong, wrong.double(), a, e, None, rank=rank, row_offset=row_offset)

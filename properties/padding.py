@@ -18,12 +18,13 @@ def sentinel_like(shape, device="cpu") -> torch.Tensor:
 def padded_rows_untouched(out: torch.Tensor, before: torch.Tensor, n_valid: int, *, rank=None, row_offset=0,
                           name="padded_rows_untouched") -> CheckResult:
     """Rows ``n_valid:`` of ``out`` equal ``before`` bit for bit (``before``: a copy taken before the call)."""
-    a = out[n_valid:].detach().cpu().contiguous()
-    b = before[n_valid:].detach().cpu().contiguous()
+    a = out[n_valid:].detach().contiguous()
+    b = before[n_valid:].detach().contiguous()
     if a.numel() == 0:
         return CheckResult(name=name, passed=True, rank=rank, detail="no padding rows on this rank")
     changed = a.view(torch.int16) != b.view(torch.int16)
-    err = torch.where(changed, (a.double() - b.double()).abs().nan_to_num(float("inf")), torch.zeros(()).double())
+    zero = torch.zeros((), dtype=torch.float64, device=a.device)
+    err = torch.where(changed, (a.double() - b.double()).abs().nan_to_num(float("inf")), zero)
     err = torch.where(changed & ~(err > 0), torch.full_like(err, float("inf")), err)
     res = worst_of(name, changed, err, a, b, 0.0, rank=rank, row_offset=row_offset + n_valid)
     if res.worst_index is not None:  # index into out, not into its padding slice

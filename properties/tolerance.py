@@ -48,9 +48,9 @@ def budget(truth: Truth) -> torch.Tensor:
 def within_tolerance(actual: torch.Tensor, truth: Truth, *, rank: int | None = None, name="within_tolerance"):
     """Check the valid rows of ``actual`` (S, N) against the truth. Non-finite truths are skipped here."""
     n = truth.n_valid
-    a = actual[:n].detach().to("cpu", torch.float64)
-    y = truth.y[:n].to("cpu")
-    allowed = budget(truth).to("cpu")
+    a = actual[:n].detach().to(torch.float64)  # checks run where the data is (GPU or CPU)
+    y = truth.y[:n].to(a.device)
+    allowed = budget(truth).to(a.device)
     finite_truth = torch.isfinite(y) & (y.abs() <= BF16_MAX)
     err = (a - y).abs()
     err = torch.where(finite_truth, err, torch.zeros_like(err))
