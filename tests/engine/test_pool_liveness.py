@@ -135,3 +135,35 @@ def test_ranks_report_their_optimize_level():
         assert {m["optimize"] for m in report.ranks.values()} == {1}
     finally:
         pool.close()
+
+
+def test_no_orphans_when_the_driver_is_killed():
+    """A driver killed with SIGKILL (no atexit, no close) leaves nothing behind: ranks watch its pid."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = (
+        "import json, sys, time\n"
+        "from fuzz.case import PoolSpec\n"
+        "from fuzz.pool import RankPool\n"
+        "p = RankPool(PoolSpec(impl='unfused', world_size=2)); p.start()\n"
+        "print(json.dumps({'ranks': list(p.rank_pids().values()), 'launcher': p.proc.pid}), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    driver = subprocess.Popen([sys.executable, "-c", script], cwd=repo, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": repo})
+    try:
+        pids = json.loads(driver.stdout.readline())
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        everything = pids["ranks"] + [pids["launcher"]]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(_gone(p) for p in everything):
+            time.sleep(0.5)
+        assert all(_gone(p) for p in everything), f"orphans after the driver died: {everything}"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
