@@ -38,15 +38,54 @@ def _count_cases(out_dir: str) -> tuple[int, int]:
     return done, failed
 
 
-def _progress(out_dir: str, stop: threading.Event, t0: float, every: float) -> None:
+def expected_cases(cmd: list[str], env: dict, root: str) -> int | None:
+    """Cases the run will make, from the collected test ids and the examples per test (an estimate:
+    a failing test stops early, shrinking adds cases)."""
+    from .settings import WEIGHTS
+
+    collect = [a for a in cmd if not a.startswith("--junitxml")]
+    if "-n" in collect:
+        i = collect.index("-n")
+        del collect[i : i + 2]
+    proc = subprocess.run(collect + ["--collect-only", "-q"], env=env, cwd=root, capture_output=True, text=True)
+    if proc.returncode not in (0, 5):
+        return None
+    saved = os.environ.get("GEMM_RS_EXAMPLES"), os.environ.get("HYPOTHESIS_PROFILE")
+    os.environ.update({k: env[k] for k in ("GEMM_RS_EXAMPLES", "HYPOTHESIS_PROFILE") if k in env})
+    try:
+        import importlib
+
+        from . import settings as fs
+
+        importlib.reload(fs)
+        total = 0
+        for line in proc.stdout.splitlines():
+            name = line.split("::")[-1].split("[")[0] if "::" in line else ""
+            if name in WEIGHTS:
+                total += fs.examples(name)
+        return total or None
+    finally:
+        for key, val in zip(("GEMM_RS_EXAMPLES", "HYPOTHESIS_PROFILE"), saved):
+            if val is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = val
+
+
+def _progress(out_dir: str, stop: threading.Event, t0: float, every: float, expected: int | None) -> None:
     last = -1
     while not stop.wait(every):
         done, failed = _count_cases(out_dir)
-        if done != last:
-            rate = done / max(1e-9, (time.time() - t0) / 60)
-            print(f"[gate] {done} cases, {failed} failed, {rate:.0f} cases/min, {time.time() - t0:.0f}s elapsed",
-                  flush=True)
-            last = done
+        if done == last:
+            continue
+        elapsed = time.time() - t0
+        rate = done / max(1e-9, elapsed / 60)
+        left = ""
+        if expected and done:
+            remaining = max(0, expected - done)
+            left = f", ~{remaining} cases / ~{remaining / max(rate, 1e-9) * 60:.0f}s left (of ~{expected})"
+        print(f"[gate] {done} cases, {failed} failed, {rate:.0f} cases/min, {elapsed:.0f}s elapsed{left}", flush=True)
+        last = done
 
 
 def main(argv=None) -> int:
@@ -74,9 +113,10 @@ def main(argv=None) -> int:
             cmd += [opt, val]
     cmd += extra
     print(f"[gate] profile {args.profile}; report in {out_dir}\n[gate] {' '.join(cmd)}", flush=True)
+    expected = expected_cases(cmd, env, root)
     t0 = time.time()
     stop = threading.Event()
-    ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every), daemon=True)
+    ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every, expected), daemon=True)
     ticker.start()
     with open(os.path.join(out_dir, "pytest.log"), "w") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -94,6 +94,12 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str) -> 
         "skipped": [{"reason": k, "count": v} for k, v in sorted(skipped.items())],
         "failures": failures,
     }
+    from .plot import plot_coverage
+
+    why_not = plot_coverage(cases, os.path.join(out_dir, "coverage.png"))
+    summary["coverage_plot"] = "coverage.png" if why_not is None else None
+    if why_not:
+        summary["skipped"].append({"reason": f"coverage plot: {why_not}", "count": 1})
     summary["markdown"] = render_markdown(summary)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump({k: v for k, v in summary.items() if k != "markdown"}, f, indent=2, allow_nan=True)
@@ -125,6 +131,8 @@ def render_markdown(s: dict) -> str:
         lines += ["", "Failures:", ""]
         for f in s["failures"][:50]:
             lines.append(f"- {f['status']} in {f['test']}: `{f['repro']}`")
+    if s.get("coverage_plot"):
+        lines += ["", f"![coverage]({s['coverage_plot']})"]
     lines.append("")
     lines.append(f"VERDICT: {s['verdict']}")
     return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ from fuzz.strategies import bad_call_cases, capacity_cases, compute_cases, graph
 pytestmark = pytest.mark.multiproc
 
 
-@settings(max_examples=examples(40))
+@settings(max_examples=examples("test_compute"))
 @given(data=st.data())
 def test_compute(pool, data):
     """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew."""
@@ -29,7 +29,7 @@ def test_compute(pool, data):
     check_case(pool, case)
 
 
-@settings(max_examples=examples(12))
+@settings(max_examples=examples("test_capacity"))
 @given(data=st.data())
 def test_capacity(pool, data):
     """Out-of-range M rejected with CapacityError before any work, nothing changed, instance still works."""
@@ -37,7 +37,7 @@ def test_capacity(pool, data):
     check_case(pool, case)
 
 
-@settings(max_examples=examples(15))
+@settings(max_examples=examples("test_bad_call"))
 @given(data=st.data())
 def test_bad_call(pool, data):
     """Wrong dtype/shape/stride/device/alignment rejected with its typed error, nothing changed."""
@@ -45,7 +45,7 @@ def test_bad_call(pool, data):
     check_case(pool, case)
 
 
-@settings(max_examples=examples(8))
+@settings(max_examples=examples("test_graph_replay"))
 @given(data=st.data())
 def test_graph_replay(pool, data):
     """CUDA graph captured once, replayed with inputs changed in place and out poisoned before each replay."""
@@ -55,7 +55,7 @@ def test_graph_replay(pool, data):
     check_case(pool, case)
 
 
-@settings(max_examples=examples(6))
+@settings(max_examples=examples("test_capacity_under_python_O"))
 @given(data=st.data())
 def test_capacity_under_python_O(gate, pool_factory, data):
     """Out-of-range M in a pool started with ``python -O`` whatever the driver's level: the ranks report
