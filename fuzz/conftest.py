@@ -41,6 +41,8 @@ def gate_matrix(config) -> list[tuple[str, str, int]]:
             if impl == "fused" and topo == "cpu":
                 continue  # the fused kernel needs a GPU; the cpu topology gates the unfused path
             ws = [int(w) for w in sizes] if sizes else ([1, 2, 3, 4, 8] if topo == "cpu" else [1, 2, 4, 8])
+            if topo == "multi-gpu" and not sizes:
+                ws = [w for w in ws if 2 <= w <= gpu_count()]  # one GPU per rank; W=1 is shared-gpu's
             for w in ws:
                 out.append((impl, topo, w))
     return out
@@ -75,6 +77,8 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
         gpus = None
         if topology != "cpu":
             need = 1 if topology == "shared-gpu" else world_size
+            if need > gpu_count():
+                pytest.skip(f"{topology} at W={world_size} needs {need} GPU(s); this host has {gpu_count()}")
             prefer = world_size % max(1, gpu_count()) if topology == "shared-gpu" else 0
             lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(need, wait_s=LEASE_WAIT_S, prefer=prefer)
             if lease is None:
