@@ -10,6 +10,7 @@ from .errors import UnsupportedConfigError
 IMPLEMENTATIONS: dict[str, str] = {
     "unfused": "kernel.unfused:UnfusedGemmRs",
     "fused": "kernel.fused:FusedGemmRs",
+    "torch-async-tp": "kernel.adapters.torch_async_tp:TorchAsyncTpGemmRs",
 }
 
 
