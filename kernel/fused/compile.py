@@ -1,4 +1,5 @@
-"""Compile cache of the Hopper GEMM: one compiled kernel per (N, K, config, arch), reused for every M.
+"""Compile cache of the Hopper kernels, reused for every M: the GEMM (one per (N, K, config, arch)) and
+the fused GEMM + reduce-scatter (one per (N, K, config, W, rank, arch), :func:`get_compiled_rs`).
 
 M is a run-time ``Int32`` of the kernel (see :mod:`kernel.fused.gemm`), so the cache key has no M.
 Compilation needs no GPU: the target is named explicitly (``--gpu-arch sm_90a``), so it also runs on
@@ -121,6 +122,106 @@ def _read_ptx(fn) -> str:
     return ptx
 
 
+@dataclass(frozen=True)
+class RsCompileKey:
+    N: int
+    K: int
+    config: GemmConfig
+    world_size: int
+    rank: int
+    arch: str = DEFAULT_ARCH
+    spin_timeout_s: float = 60.0
+
+
+@dataclass
+class CompiledGemmRs:
+    """``launch(x, w, out, partial_ptrs, flag_ptrs, M, slots, stream)``: one fused GEMM-RS call."""
+
+    key: RsCompileKey
+    fn: object
+    seconds: float
+    ptx: str
+    ab_stage: int
+    launches: int = field(default=0, compare=False)
+
+    def launch(self, x_ptr: int, w_ptr: int, out_ptr: int, partial_ptrs, flag_ptrs, M: int, slots: int,
+               stream) -> None:
+        import cutlass
+        import cutlass.cute as cute
+        from cutlass.cute.runtime import make_ptr
+
+        gmem = cute.AddressSpace.gmem
+        bf16 = cutlass.BFloat16
+        self.fn(
+            make_ptr(bf16, x_ptr, gmem, assumed_align=16),
+            make_ptr(bf16, w_ptr, gmem, assumed_align=16),
+            make_ptr(bf16, out_ptr, gmem, assumed_align=16),
+            [make_ptr(bf16, p, gmem, assumed_align=16) for p in partial_ptrs],
+            [make_ptr(cutlass.Int32, p, gmem, assumed_align=16) for p in flag_ptrs],
+            cutlass.Int32(M),
+            cutlass.Int32(slots),
+            stream,
+        )
+        self.launches += 1
+
+
+_RS_CACHE: dict[RsCompileKey, CompiledGemmRs] = {}
+
+
+def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, rank: int,
+                    arch: str = DEFAULT_ARCH, spin_timeout_s: float = 60.0) -> CompiledGemmRs:
+    """The compiled fused GEMM + reduce-scatter for this key (compiled on first request)."""
+    global _MISSES, _HITS
+    key = RsCompileKey(int(N), int(K), config or GemmConfig(), int(world_size), int(rank), arch,
+                       float(spin_timeout_s))
+    with _LOCK:
+        hit = _RS_CACHE.get(key)
+        if hit is not None:
+            _HITS += 1
+            return hit
+        _MISSES += 1
+        compiled = _compile_rs(key)
+        _RS_CACHE[key] = compiled
+        return compiled
+
+
+def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    from .gemm_rs import HopperGemmRsBF16
+
+    kern = HopperGemmRsBF16(key.N, key.K, key.config, key.world_size, key.rank, key.spin_timeout_s)
+    gmem = cute.AddressSpace.gmem
+
+    def dummy(dtype):
+        return make_ptr(dtype, 1 << 20, gmem, assumed_align=16)
+
+    W = key.world_size
+    dump_dir = tempfile.mkdtemp(prefix="fused_gemm_rs_ptx_")
+    try:
+        t0 = time.perf_counter()
+        fn = cute.compile(
+            kern,
+            dummy(cutlass.BFloat16),
+            dummy(cutlass.BFloat16),
+            dummy(cutlass.BFloat16),
+            [dummy(cutlass.BFloat16) for _ in range(W)],
+            [dummy(cutlass.Int32) for _ in range(W)],
+            cutlass.Int32(1),
+            cutlass.Int32(1),
+            cuda.CUstream(0),
+            options=f"--gpu-arch {key.arch} --keep-ptx --dump-dir {dump_dir}",
+        )
+        seconds = time.perf_counter() - t0
+        ptx = _read_ptx(fn)
+    finally:
+        shutil.rmtree(dump_dir, ignore_errors=True)
+    return CompiledGemmRs(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
+
+
 def ptx_text(N: int, K: int, config: GemmConfig | None = None, arch: str = DEFAULT_ARCH) -> str:
     """PTX of the compiled kernel for this key (compiles it if needed)."""
     return get_compiled(N, K, config, arch).ptx
@@ -144,4 +245,5 @@ def clear_cache() -> None:
     global _MISSES, _HITS
     with _LOCK:
         _CACHE.clear()
+        _RS_CACHE.clear()
         _MISSES = _HITS = 0

@@ -1,23 +1,34 @@
 """Host wrapper of the fused kernel: ``FusedGemmRs``, the implementation named ``"fused"``.
 
-Part 1 (this file): at W == 1 the fused operation *is* the GEMM -- the shard is all M rows -- and runs
-the CuTe DSL Hopper kernel (:mod:`kernel.fused.gemm`). For W > 1 (the reduce-scatter epilogue is
-part 2) and whatever else ``can_run`` rejects, the call goes to :class:`kernel.unfused.UnfusedGemmRs`
-built with the same group, max_M, N, K and device, and ``last_path`` says ``"unfused"``. With
-``force_fused=True`` such a call raises :class:`kernel.errors.FusedPathUnavailable` instead, after the
-bad-call checks and before any work is queued.
+W == 1: the fused operation *is* the GEMM (the shard is all M rows) and runs the CuTe DSL Hopper GEMM
+(:mod:`kernel.fused.gemm`). W in (2, 4, 8): the fused GEMM + reduce-scatter kernel
+(:mod:`kernel.fused.gemm_rs`, whose docstring is the protocol's design record) over a symmetric
+workspace (:mod:`kernel.fused.workspace`) allocated *collectively at construction* -- every rank
+constructs its instances in the same order -- with ``torch.distributed._symmetric_memory`` (works
+with a gloo group, ranks sharing one GPU with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, and with
+NCCL, one GPU per rank). Multicast is never used. Whatever ``can_run`` rejects goes to
+:class:`kernel.unfused.UnfusedGemmRs` built with the same group, max_M, N, K and device, and
+``last_path`` says ``"unfused"``; with ``force_fused=True`` such a call raises
+:class:`kernel.errors.FusedPathUnavailable` instead, after the bad-call checks and before any work.
 
 Per call: the base class checks (dtype, device, shapes, contiguity, 16-byte alignment, 1 <= M <= max_M)
 run first, metadata only, ``if ...: raise``; then one kernel launch on the current torch stream.
 No host sync, no allocation when ``out=`` is given, no host state that a CUDA-graph replay would not
-reproduce (the TMA descriptors are built at launch from (pointer, M) and live in the kernel
-parameters, which a graph captures by value). The kernel is compiled once per (N, K, config) --
-eagerly in the constructor when the device can run it -- and serves every M. Two configs are built:
-128x256 tiles, and 128x128 tiles for small M (when 128x256 tiles would fill less than half the SMs,
-:meth:`FusedGemmRs.uses_small_tiles`); the choice depends on M only.
+reproduce: the TMA descriptors are built at launch from (pointer, M) and live in the kernel
+parameters, and the cross-rank epoch lives on the device (the kernel advances it). Kernels are
+compiled once per (N, K, config[, W, rank]) in the constructor and serve every M. Two tile configs:
+128x256, and 128x128 for small M (:meth:`FusedGemmRs.uses_small_tiles`, a function of M only, so every
+rank picks the same one).
+
+``state_tensors()`` -> the partials and the flag words only this rank writes (a rejected call leaves
+them bit-identical; words peers write into this rank's area change whenever peers run);
+``guard_regions()`` -> red zones right after the partials and right after the flags, filled with a
+fixed pattern at construction. ``close()`` waits for the device and the group (so no peer still reads
+this rank's partials) and frees the workspace; it is collective like construction.
 
 Requirements of the fused path: CUDA device of capability (9, 0) (Hopper, sm_90a); bf16, contiguous,
-16-byte aligned operands; K % 64 == 0; N % 8 == 0; W == 1; nvidia-cutlass-dsl importable.
+16-byte aligned operands; K % 64 == 0; N % 8 == 0; W in (1, 2, 4, 8); nvidia-cutlass-dsl importable;
+for W > 1 torch symmetric memory.
 """
 
 from __future__ import annotations
@@ -33,7 +44,8 @@ from ..interface import Eligibility, GemmRsImplementation
 K_TILE = 64
 N_ALIGN = 8
 SUPPORTED_CAPABILITY = (9, 0)
-FUSED_WORLD_SIZES = (1,)
+FUSED_WORLD_SIZES = (1, 2, 4, 8)
+SPIN_TIMEOUT_S = 60.0  # a cross-rank wait that long traps (a CUDA error) instead of hanging
 
 
 def cutlass_available() -> bool:
@@ -59,7 +71,7 @@ def check_capability(device: torch.device) -> str | None:
 
 def check_world_size(world_size: int) -> str | None:
     if world_size not in FUSED_WORLD_SIZES:
-        return f"W={world_size}: the fused reduce-scatter epilogue is not implemented yet (part 2); W=1 only"
+        return f"W={world_size}: the fused kernel supports W in {FUSED_WORLD_SIZES}"
     return None
 
 
@@ -74,6 +86,16 @@ def check_dims(N: int, K: int) -> str | None:
 def check_cutlass() -> str | None:
     if not cutlass_available():
         return "nvidia-cutlass-dsl (cutlass, cuda-python) is not importable"
+    return None
+
+
+def check_symmetric_memory(world_size: int) -> str | None:
+    if world_size == 1:
+        return None
+    try:
+        from torch.distributed import _symmetric_memory  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return f"torch symmetric memory is not importable ({exc})"
     return None
 
 
@@ -94,7 +116,7 @@ def check_weight(weight, N: int, K: int, device: torch.device) -> str | None:
 
 
 class FusedGemmRs(GemmRsImplementation):
-    """The fused CuTe DSL implementation (part 1: the W == 1 GEMM; W > 1 falls back to unfused)."""
+    """The fused CuTe DSL implementation: GEMM at W == 1, GEMM + reduce-scatter at W in (2, 4, 8)."""
 
     name = "fused"
 
@@ -115,10 +137,14 @@ class FusedGemmRs(GemmRsImplementation):
         self._config = config
         self._small_m_config = small_m_config
         self._compiled = None  # (large, small): one compiled kernel per tile config, every M
+        self._workspace = None
+        self._slots = 0
         self._fallback = None
         self._config_reason = self._config_ineligibility()
         if self._config_reason is None:
             self._compile()
+            if self.world_size > 1:
+                self._allocate_workspace()
         elif not self.force_fused:
             self._fallback_impl()  # built now: a later call may be under CUDA-graph capture
 
@@ -129,6 +155,7 @@ class FusedGemmRs(GemmRsImplementation):
             check_world_size(self.world_size),
             check_dims(self.N, self.K),
             check_cutlass(),
+            check_symmetric_memory(self.world_size),
         ):
             if reason is not None:
                 return reason
@@ -148,8 +175,10 @@ class FusedGemmRs(GemmRsImplementation):
             result = self._fallback_impl()._run(x, w, out, M)
             self.last_path = "unfused"
             return result
+        if self._compiled is None:
+            raise RuntimeError("FusedGemmRs used after close()")
         if out is None:
-            out = torch.empty(M, self.N, dtype=torch.bfloat16, device=self.device)
+            out = torch.empty(self.shard_rows(M), self.N, dtype=torch.bfloat16, device=self.device)
         self._launch(x, w, out, M)
         self.last_path = "fused"
         return out
@@ -157,29 +186,58 @@ class FusedGemmRs(GemmRsImplementation):
     def _launch(self, x, w, out, M) -> None:
         import cuda.bindings.driver as cuda
 
-        large, small = self._compile()
+        large, small = self._compiled
         compiled = small if self.uses_small_tiles(M) else large
         stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
-        compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), M, stream)
+        if self.world_size == 1:
+            compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), M, stream)
+            return
+        ws = self._workspace
+        compiled.launch(
+            x.data_ptr(), w.data_ptr(), out.data_ptr(), ws.partial_ptrs, ws.flag_ptrs, M, self._slots, stream
+        )
 
     def uses_small_tiles(self, M: int) -> bool:
         """Small-M heuristic: 128x128 tiles when 128x256 tiles would fill less than half the SMs.
 
-        A pure function of M (and construction-time constants), so a graph replay takes the same path."""
+        A pure function of M (and construction-time constants), so a graph replay takes the same path
+        and every rank of a group picks the same tiles."""
         large = self._compile()[0].key.config
         tiles = -(-M // large.tile_m) * -(-self.N // large.tile_n)
         return 2 * tiles <= large.sm_count
 
+    def _configs(self):
+        from .gemm import GemmConfig
+
+        sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
+        large = self._config or GemmConfig(sm_count=sm_count)
+        small = self._small_m_config or GemmConfig(tile_n=128, sm_count=sm_count)
+        return large, small
+
     def _compile(self):
         if self._compiled is None:
-            from .compile import get_compiled
-            from .gemm import GemmConfig
+            from .compile import get_compiled, get_compiled_rs
 
-            sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
-            large = self._config or GemmConfig(sm_count=sm_count)
-            small = self._small_m_config or GemmConfig(tile_n=128, sm_count=sm_count)
-            self._compiled = (get_compiled(self.N, self.K, large), get_compiled(self.N, self.K, small))
+            large, small = self._configs()
+            if self.world_size == 1:
+                self._compiled = (get_compiled(self.N, self.K, large), get_compiled(self.N, self.K, small))
+            else:
+                W, r = self.world_size, self.rank
+                self._compiled = tuple(
+                    get_compiled_rs(self.N, self.K, c, W, r, spin_timeout_s=SPIN_TIMEOUT_S)
+                    for c in (large, small)
+                )
         return self._compiled
+
+    def _allocate_workspace(self) -> None:
+        from .workspace import SymmetricWorkspace, WorkspaceLayout, tile_slots
+
+        tiles = [(c.tile_m, c.tile_n) for c in self._configs()]
+        self._slots = tile_slots(self.max_M, self.N, tiles)
+        layout = WorkspaceLayout(self.world_size, self.max_M, self.N, self._slots)
+        self._workspace = SymmetricWorkspace(layout, self.group, self.device)
+        if self._workspace.rank != self.rank:
+            raise RuntimeError(f"symmetric memory rank {self._workspace.rank} != group rank {self.rank}")
 
     def _fallback_impl(self):
         if self._fallback is None:
@@ -191,6 +249,39 @@ class FusedGemmRs(GemmRsImplementation):
             self.waived_clauses = dict(self._fallback.waived_clauses)
         return self._fallback
 
+    # --- state the suite watches --------------------------------------------------------------------
+    def state_tensors(self):
+        """Everything in this rank's workspace that only this rank writes: the partials, the epoch and
+        finished words, and the done/ready words this rank signals into its own area. The other
+        ready/done words of its area are written by *peers* whenever their calls run (a peer may
+        already be in its next call while this rank checks a rejected one), so they are not state
+        this rank's call controls."""
+        ws = self._workspace
+        if ws is not None:
+            from .workspace import DONE_BASE, READY_BASE
+
+            f, r, slots = ws.flags, self.rank, self._slots
+            return {
+                "partials": ws.partials,
+                "flags: epoch, finished": f[:2],
+                "flags: own done": f[DONE_BASE + r : DONE_BASE + r + 1],
+                "flags: own ready": f[READY_BASE + r * slots : READY_BASE + (r + 1) * slots],
+            }
+        if self._fallback is not None:
+            return self._fallback.state_tensors()
+        return {}
+
+    def guard_regions(self):
+        ws = self._workspace
+        if ws is not None:
+            return {
+                "after partials": (ws.guard_a, ws.guard_a_expected),
+                "after flags": (ws.guard_b, ws.guard_b_expected),
+            }
+        if self._fallback is not None:
+            return self._fallback.guard_regions()
+        return {}
+
     def describe(self) -> dict:
         d = super().describe()
         d.update(fused_ok=self._config_reason is None, reason=self._config_reason or "")
@@ -199,6 +290,17 @@ class FusedGemmRs(GemmRsImplementation):
         return d
 
     def close(self) -> None:
+        """Free the workspace once no peer can still read it: device sync, then a group barrier.
+
+        Collective when a workspace exists (every rank closes its instances in the same order)."""
         if self._fallback is not None:
             self._fallback.close()
+        if self._workspace is not None:
+            import torch.distributed as dist
+
+            torch.cuda.synchronize(self.device)
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier(group=self.group)
+            self._workspace.close()
+            self._workspace = None
         self._compiled = None

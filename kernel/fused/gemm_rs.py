@@ -1,0 +1,472 @@
+"""Fused GEMM + reduce-scatter for Hopper (sm_90a) in CuTe DSL, over symmetric memory, no multicast.
+
+Design record
+=============
+
+Operation (CONTRACT.md). Rank r of W computes ``P_r = x_r @ w_r.T`` (M x N, fp32 accumulate, bf16)
+and returns rows ``r*S .. r*S+S-1`` (``S = ceil(M/W)``, only rows < M) of ``sum_p P_p``. One kernel
+per call and rank: the persistent, warp-specialised GEMM of :mod:`kernel.fused.gemm` (same mainloop,
+same tile schedule), whose epilogue stores each bf16 partial tile into this rank's *own* symmetric
+workspace and signals the tile's owner rank(s); after its last GEMM tile every CTA turns into a
+reducer of this rank's shard: it waits for all W partials of a tile, loads them through peer
+pointers in rank order 0..W-1, sums in fp32, rounds once to bf16 and stores the valid rows into
+``out``. Single kernel (not GEMM kernel + reduce kernel) so that reducing the first finished tiles
+overlaps the GEMM of the rest; it is deadlock-free for the reasons below.
+
+Why it is bitwise repeatable: each output element is ``bf16((P_0 + P_1) + ... + P_{W-1})``, the bf16
+partials widened exactly to fp32 and added in a fixed order, whatever the arrival order of the partials
+(so it also equals ``torch`` summing the same fp32 partials in rank order).
+
+Flags (u32 words in each rank's symmetric flag area; layout in :mod:`kernel.fused.workspace`):
+
+``epoch`` (local word). Number of calls this rank's kernel has completed. Every consumer thread
+    reads it (``ld.relaxed.gpu``) at kernel start: this call's epoch is ``e = epoch + 1`` (0 is
+    skipped on wrap: 0 means "never"). Written once, ``st.relaxed.gpu``, by the *last* CTA to
+    finish (see ``finished``), so no CTA of this call can read the new value; the kernel boundary
+    orders it before the next call's reads. Lives on the device: CUDA-graph replays advance it,
+    the host never resets it.
+``finished`` (local word). ``atom.acq_rel.gpu.add`` by one thread per CTA after the CTA's last
+    reduction load and store (CTA barrier first). The CTA that gets ``grid - 1`` is last: every
+    other CTA's reads of this call happen-before its next actions (acq_rel chain). It resets the
+    word to 0 (nobody else touches it until the next launch, which stream order puts after this one).
+``ready[src][tile]`` (in the owner's area, written by ``src``). After the TMA stores of a tile's
+    partial complete (``cp.async.bulk.wait_group 0`` in every lane of the store warp, then
+    ``fence.proxy.async.global``, then ``__syncwarp``), lane 0 does ``st.release.sys`` of ``e`` into
+    ``ready[src][tile]`` of every rank whose shard rows intersect the tile's rows (a shard boundary
+    can fall inside a tile: up to ``ceil(128 / S) + 1`` owners). The owner's reducing thread spins
+    ``ld.acquire.sys`` until the value *equals* ``e`` for all W sources, then a CTA barrier; the
+    other threads' plain ``ld.global.v4`` peer loads are ordered after the acquire by that barrier.
+    Equality is enough: a slot holds an older epoch until ``src`` signals this call, and never a newer
+    one (``src`` cannot start call e+1 before the owner finished reading in e, see ``done``).
+``done[p]`` (in rank q's area, written by rank p). The last CTA of rank p's call e, after all of
+    p's reduction loads (acq_rel chain above), does ``st.release.sys`` of ``e`` into ``done[p]`` of
+    every rank (itself included). Before rank q overwrites its partials in call e+1, the store warp
+    of every CTA spins ``ld.acquire.sys`` until ``done[p]`` has *reached* e (the previous epoch, read
+    from the ``epoch`` word; wrap-safe signed difference >= 0) for every p, then
+    ``fence.proxy.async.global`` before its TMA stores. "Reached", not "equals": a peer with no rows
+    to reduce (or whose tiles came from q's early CTAs) can finish call e+1 and publish ``done = e+1``
+    before q's late CTAs even start their wait (seen on the GPU: W=2, M=1 deadlocked with equality).
+    It can never be two ahead (its call e+2 would need q's ``done`` of e+1). So a rank never
+    overwrites a partial a peer may still be reading: one buffer, no alternation needed.
+
+Deadlock freedom. (1) Within a call, a CTA does all of its production (GEMM tiles, stores,
+signals) before any cross-CTA wait; production waits on nothing but ``done`` of the *previous*
+epoch. (2) The grid is ``min(tiles, SMs)`` CTAs of one per SM (the shared-memory footprint allows one):
+all CTAs of a kernel are co-resident, so a reducer waiting on a sibling CTA's tile cannot block it.
+(3) By induction on epochs: call e-1 completes on every rank (its waits depend only on productions
+of e-1, which by (1) happen), so the ``done`` waits of call e are satisfied and every rank produces
+all tiles of e, so every ``ready`` wait of e is satisfied. Ranks sharing one GPU are separate
+processes whose kernels time-slice: a spinning kernel is pre-empted and the peer's kernel runs, so
+the spins make progress (nanosleep backoff keeps the spinning lanes light). A late rank only delays
+the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables) executes
+``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
+
+Wrap-around. ``e`` is a u32 that skips 0; flags are compared for equality. A stale slot could only
+alias after exactly 2^32 - 1 calls without being rewritten.
+
+Never writes outside: ``out`` rows ``< valid rows`` (``(row - r*S) < S`` and ``row < M``), columns
+``< N``; this rank's partial rows ``< M`` (TMA clips); its own ``epoch``/``finished`` words; and the
+``ready``/``done`` words named above in peers' flag areas. Guard zones after the partials and after
+the flags are never addressed.
+
+Memory ordering summary: data written by TMA (async proxy) -> wait_group 0 + proxy fence +
+st.release.sys (flag) -> ld.acquire.sys + bar.sync -> ld.global peer loads; reads finished ->
+bar.sync + atom.acq_rel.gpu -> st.release.sys (done) -> ld.acquire.sys + proxy fence -> TMA overwrite.
+No ``multimem.*`` instruction, no multicast object.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+from cutlass import Int32, Int64
+from cutlass.memory import SmemAllocator
+
+from . import ptx
+from .gemm import GemmConfig, HopperGemmBF16
+from .workspace import DONE_BASE, EPOCH_WORD, FINISHED_WORD, READY_BASE
+
+SPIN_SLEEP_NS = 64
+
+
+class HopperGemmRsBF16(HopperGemmBF16):
+    """Fused GEMM + reduce-scatter for (N, K, W, rank); M is a run-time argument.
+
+    ``compiled(x, w, out, partials[W], flags[W], M, slots, stream)``: raw pointers; ``partials[p]`` /
+    ``flags[p]`` are rank p's symmetric partial buffer and flag area (peer pointers)."""
+
+    def __init__(self, N: int, K: int, config: GemmConfig, world_size: int, rank: int,
+                 spin_timeout_s: float = 60.0):
+        super().__init__(N, K, config)
+        if not 2 <= world_size <= DONE_BASE:
+            raise ValueError(f"world_size must be in 2..{DONE_BASE}, got {world_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
+        self.world_size, self.rank = int(world_size), int(rank)
+        self.spin_timeout_ns = int(spin_timeout_s * 1e9)
+        self.vec_per_row = config.tile_n // 8  # 16-byte vectors in a tile row
+
+    # --- host side --------------------------------------------------------------------------------
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        out_ptr: cute.Pointer,
+        partial_ptrs: list,
+        flag_ptrs: list,
+        m: cutlass.Int32,
+        slots: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        self._setup()
+        N, K = self.N, self.K
+        my_partials = partial_ptrs[self.rank]
+        mA = cute.make_tensor(x_ptr, cute.make_layout((m, K), stride=(K, 1)))
+        mB = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
+        mC = cute.make_tensor(my_partials, cute.make_layout((m, N), stride=(N, 1)))
+
+        tma_atom_a, tma_tensor_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+            mA,
+            cute.slice_(self.a_smem_layout_staged, (None, None, 0)),
+            (self.tile_shape_mnk[0], self.tile_shape_mnk[2]),
+        )
+        tma_atom_b, tma_tensor_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+            mB,
+            cute.slice_(self.b_smem_layout_staged, (None, None, 0)),
+            (self.tile_shape_mnk[1], self.tile_shape_mnk[2]),
+        )
+        tma_atom_c, tma_tensor_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
+            mC,
+            cute.slice_(self.epi_smem_layout_staged, (None, None, 0)),
+            self.epi_tile,
+        )
+
+        num_m_tiles = (m + self.tile_shape_mnk[0] - 1) // self.tile_shape_mnk[0]
+        num_tiles = num_m_tiles * self.num_n_tiles
+        grid_x = cutlass.min(num_tiles, self.config.sm_count)
+
+        @cute.struct
+        class SharedStorage:
+            mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
+            sA: cute.struct.Align[
+                cute.struct.MemRange[self.a_dtype, cute.cosize(self.a_smem_layout_staged)],
+                self.buffer_align_bytes,
+            ]
+            sB: cute.struct.Align[
+                cute.struct.MemRange[self.b_dtype, cute.cosize(self.b_smem_layout_staged)],
+                self.buffer_align_bytes,
+            ]
+            sC: cute.struct.Align[
+                cute.struct.MemRange[self.c_dtype, cute.cosize(self.epi_smem_layout_staged)],
+                self.buffer_align_bytes,
+            ]
+
+        self.shared_storage = SharedStorage
+
+        self.kernel(
+            tma_atom_a,
+            tma_tensor_a,
+            tma_atom_b,
+            tma_tensor_b,
+            tma_atom_c,
+            tma_tensor_c,
+            self.tiled_mma,
+            self.a_smem_layout_staged,
+            self.b_smem_layout_staged,
+            self.epi_smem_layout_staged,
+            num_m_tiles,
+            m,
+            slots,
+            out_ptr,
+            partial_ptrs,
+            flag_ptrs,
+        ).launch(
+            grid=[grid_x, 1, 1],
+            block=[self.threads_per_cta, 1, 1],
+            min_blocks_per_mp=1,
+            stream=stream,
+        )
+
+    # --- device side: flags -----------------------------------------------------------------------
+    @cute.jit
+    def spin_until_equal(self, addr: Int64, expected: Int32):
+        """Spin (``ld.acquire.sys``, nanosleep backoff) until the u32 at ``addr`` equals ``expected``."""
+        seen = ptx.ld_acquire_sys_u32(addr)
+        if seen != expected:
+            t0 = ptx.globaltimer_ns()
+            while seen != expected:
+                ptx.nanosleep(SPIN_SLEEP_NS)
+                seen = ptx.ld_acquire_sys_u32(addr)
+                if cutlass.const_expr(self.spin_timeout_ns > 0):
+                    if ptx.globaltimer_ns() - t0 > Int64(self.spin_timeout_ns):
+                        ptx.trap()
+
+    @cute.jit
+    def spin_until_reached(self, addr: Int64, expected: Int32):
+        """Spin until the u32 epoch at ``addr`` is ``expected`` or later (wrap-safe: signed difference)."""
+        seen = ptx.ld_acquire_sys_u32(addr)
+        if seen - expected < 0:
+            t0 = ptx.globaltimer_ns()
+            while seen - expected < 0:
+                ptx.nanosleep(SPIN_SLEEP_NS)
+                seen = ptx.ld_acquire_sys_u32(addr)
+                if cutlass.const_expr(self.spin_timeout_ns > 0):
+                    if ptx.globaltimer_ns() - t0 > Int64(self.spin_timeout_ns):
+                        ptx.trap()
+
+    @cute.jit
+    def signal_owners(self, flag_ptrs: list, m_tile: Int32, n_tile: Int32, m: Int32, shard: Int32,
+                      slots: Int32, epoch: Int32):
+        """``st.release.sys`` of ``epoch`` into ready[self.rank][tile] of every rank owning tile rows."""
+        row_lo = m_tile * self.tile_shape_mnk[0]
+        row_hi = cutlass.min(row_lo + self.tile_shape_mnk[0], m) - 1
+        owner_lo = row_lo // shard
+        owner_hi = row_hi // shard
+        slot = m_tile * self.num_n_tiles + n_tile
+        word = Int64(READY_BASE) + Int64(self.rank) * Int64(slots) + Int64(slot)
+        for o in cutlass.range_constexpr(self.world_size):
+            if owner_lo <= o and o <= owner_hi:
+                ptx.st_release_sys_u32(flag_ptrs[o].toint() + word * 4, epoch)
+
+    # --- device side: the kernel ------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nk: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_smem_layout_staged: cute.ComposedLayout,
+        b_smem_layout_staged: cute.ComposedLayout,
+        epi_smem_layout_staged: cute.ComposedLayout,
+        num_m_tiles: cutlass.Int32,
+        m: cutlass.Int32,
+        slots: cutlass.Int32,
+        out_ptr: cute.Pointer,
+        partial_ptrs: list,
+        flag_ptrs: list,
+    ):
+        W, r = self.world_size, self.rank
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+
+        if warp_idx == self.producer_warp_id:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
+
+        a_smem_layout = cute.slice_(a_smem_layout_staged, (None, None, 0))
+        b_smem_layout = cute.slice_(b_smem_layout_staged, (None, None, 0))
+        tma_copy_bytes = cute.size_in_bytes(self.a_dtype, a_smem_layout) + cute.size_in_bytes(
+            self.b_dtype, b_smem_layout
+        )
+
+        smem = SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_consumer_wg * 4)
+        mainloop_pipeline = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mainloop_barriers.data_ptr(),
+            num_stages=self.ab_stage,
+            producer_group=producer_group,
+            consumer_group=consumer_group,
+            tx_count=tma_copy_bytes,
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            defer_sync=True,
+        )
+        pipeline.pipeline_init_arrive()
+
+        sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_layout_staged.outer, swizzle=b_smem_layout_staged.inner)
+        sC = storage.sC.get_tensor(epi_smem_layout_staged.outer, swizzle=epi_smem_layout_staged.inner)
+
+        gA = cute.local_tile(mA_mk, cute.slice_(self.tile_shape_mnk, (None, 0, None)), (None, None))
+        gB = cute.local_tile(mB_nk, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None))
+        gC = cute.local_tile(mC_mn, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None))
+
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
+        )
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
+        )
+
+        warp_group_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_warpgroup)
+        mma_thread_layout = cute.make_layout(self.num_consumer_wg, stride=self.threads_per_warpgroup)
+        thr_mma = tiled_mma.get_slice(mma_thread_layout(warp_group_idx - 1))
+        tCsA = thr_mma.partition_A(sA)
+        tCsB = thr_mma.partition_B(sB)
+        tCrA = tiled_mma.make_fragment_A(tCsA)
+        tCrB = tiled_mma.make_fragment_B(tCsB)
+        tCgC = thr_mma.partition_C(gC[(None, None, 0, 0)])
+        accumulators = cute.make_rmem_tensor(tCgC.shape, self.acc_dtype)
+
+        num_tiles = num_m_tiles * self.num_n_tiles
+        pipeline.pipeline_init_wait()
+
+        if warp_group_idx == 0:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == self.producer_warp_id:
+                producer_state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, self.ab_stage
+                )
+                tile_idx = bidx
+                while tile_idx < num_tiles:
+                    m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
+                    tAgA_m = tAgA[(None, m_tile, None)]
+                    tBgB_n = tBgB[(None, n_tile, None)]
+                    for k_tile in range(self.k_tile_cnt):
+                        mainloop_pipeline.producer_acquire(producer_state)
+                        barrier = mainloop_pipeline.producer_get_barrier(producer_state)
+                        cute.copy(
+                            tma_atom_a,
+                            tAgA_m[(None, k_tile)],
+                            tAsA[(None, producer_state.index)],
+                            tma_bar_ptr=barrier,
+                        )
+                        cute.copy(
+                            tma_atom_b,
+                            tBgB_n[(None, k_tile)],
+                            tBsB[(None, producer_state.index)],
+                            tma_bar_ptr=barrier,
+                        )
+                        mainloop_pipeline.producer_commit(producer_state)
+                        producer_state.advance()
+                    tile_idx += gdim
+                mainloop_pipeline.producer_tail(producer_state)
+        else:
+            cute.arch.setmaxregister_increase(self.consumer_regs)
+            consumer_tidx = tidx - self.threads_per_warpgroup
+            my_flags = flag_ptrs[r].toint()
+            prev_epoch = ptx.ld_relaxed_gpu_u32(my_flags + Int64(EPOCH_WORD * 4))
+            epoch = prev_epoch + 1
+            if epoch == 0:
+                epoch = Int32(1)
+            shard = (m + W - 1) // W
+
+            # Before the first TMA store overwrites our partials: every rank finished reading the
+            # previous call's (done[p] == previous epoch). Spun on by the lanes that issue the stores.
+            if warp_idx == self.epi_store_warp_id:
+                for p in cutlass.range_constexpr(W):
+                    self.spin_until_reached(my_flags + Int64((DONE_BASE + p) * 4), prev_epoch)
+                cute.arch.fence_proxy("async.global")
+
+            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+
+            store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+            tma_store_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stage, producer_group=store_group
+            )
+
+            tile_idx = bidx
+            tiles_done = cutlass.Int32(0)
+            while tile_idx < num_tiles:
+                m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
+
+                accumulators.fill(0.0)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                cute.nvgpu.warpgroup.fence()
+                for k_tile in range(self.k_tile_cnt):
+                    mainloop_pipeline.consumer_wait(read_state)
+                    for k_block in cutlass.range_constexpr(num_k_blocks):
+                        k_block_coord = (None, None, k_block, read_state.index)
+                        cute.gemm(
+                            tiled_mma, accumulators, tCrA[k_block_coord], tCrB[k_block_coord], accumulators
+                        )
+                    cute.nvgpu.warpgroup.commit_group()
+                    if k_tile > 0:
+                        cute.nvgpu.warpgroup.wait_group(1)
+                        mainloop_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                    read_state.advance()
+                cute.nvgpu.warpgroup.wait_group(0)
+                mainloop_pipeline.consumer_release(release_state)
+                release_state.advance()
+
+                self.epilogue(
+                    tiled_mma,
+                    accumulators,
+                    tma_atom_c,
+                    sC,
+                    gC[(None, None, m_tile, n_tile)],
+                    tma_store_pipeline,
+                    consumer_tidx,
+                    warp_idx,
+                    tiles_done,
+                )
+                # The partial tile is in global memory before its owners are told so.
+                if warp_idx == self.epi_store_warp_id:
+                    cute.arch.cp_async_bulk_wait_group(0, read=False)
+                    cute.arch.fence_proxy("async.global")
+                    cute.arch.sync_warp()
+                    if consumer_tidx == 0:
+                        self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, epoch)
+                tiles_done += 1
+                tile_idx += gdim
+            tma_store_pipeline.producer_tail()
+
+            # --- reduction of this rank's shard: rows [r*S, min(r*S+S, M)) ---------------------------
+            row_begin = shard * r
+            row_end = cutlass.min(row_begin + shard, m)
+            if row_begin < row_end:
+                bm, bn = self.tile_shape_mnk[0], self.tile_shape_mnk[1]
+                mt0 = row_begin // bm
+                units = ((row_end - 1) // bm - mt0 + 1) * self.num_n_tiles
+                out_base = out_ptr.toint()
+                unit = bidx
+                while unit < units:
+                    rm_tile = mt0 + unit // self.num_n_tiles
+                    rn_tile = unit - (unit // self.num_n_tiles) * self.num_n_tiles
+                    if consumer_tidx == 0:
+                        rslot = Int64(rm_tile * self.num_n_tiles + rn_tile)
+                        for src in cutlass.range_constexpr(W):
+                            rword = Int64(READY_BASE) + Int64(src) * Int64(slots) + rslot
+                            self.spin_until_equal(my_flags + rword * 4, epoch)
+                    self.epilog_barrier.arrive_and_wait()
+                    lo = cutlass.max(rm_tile * bm, row_begin)
+                    hi = cutlass.min(rm_tile * bm + bm, row_end)
+                    col0 = rn_tile * bn
+                    total = (hi - lo) * self.vec_per_row
+                    v = consumer_tidx
+                    while v < total:
+                        row = lo + v // self.vec_per_row
+                        col = col0 + (v - (v // self.vec_per_row) * self.vec_per_row) * 8
+                        if col < self.N:
+                            elem = (Int64(row) * Int64(self.N) + Int64(col)) * 2
+                            # fixed rank order 0..W-1, fp32: bitwise repeatable
+                            acc = ptx.ld_bf16x8_as_f32(partial_ptrs[0].toint() + elem)
+                            for p in cutlass.range_constexpr(1, W):
+                                part = ptx.ld_bf16x8_as_f32(partial_ptrs[p].toint() + elem)
+                                for j in cutlass.range_constexpr(8):
+                                    acc[j] = acc[j] + part[j]
+                            out_elem = (Int64(row - row_begin) * Int64(self.N) + Int64(col)) * 2
+                            ptx.st_f32x8_as_bf16(out_base + out_elem, acc)
+                        v += self.num_mma_threads
+                    unit += gdim
+
+            # --- call finished: the last CTA publishes done and advances the epoch ------------------
+            self.epilog_barrier.arrive_and_wait()
+            if consumer_tidx == 0:
+                prior = ptx.atom_add_acq_rel_gpu_u32(my_flags + Int64(FINISHED_WORD * 4), 1)
+                if prior == gdim - 1:
+                    ptx.st_relaxed_gpu_u32(my_flags + Int64(FINISHED_WORD * 4), 0)
+                    for p in cutlass.range_constexpr(W):
+                        ptx.st_release_sys_u32(flag_ptrs[p].toint() + Int64((DONE_BASE + r) * 4), epoch)
+                    ptx.st_relaxed_gpu_u32(my_flags + Int64(EPOCH_WORD * 4), epoch)
+
+
+__all__ = ["HopperGemmRsBF16"]

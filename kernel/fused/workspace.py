@@ -1,0 +1,101 @@
+"""The symmetric workspace of the fused GEMM-RS: partials, flags and red zones, one allocation per rank.
+
+Layout of each rank's symmetric buffer (bytes; every section 128-byte aligned)::
+
+    [ partials: W*S_max rows x N bf16 ][ guard A ][ flags: u32 words ][ guard B ]
+
+* partials -- this rank's bf16 GEMM partial ``x_r @ w_r.T`` (rows 0..M-1 of a call); peers read it.
+* guard A  -- red zone right after the partials (fixed int16 pattern, never written).
+* flags    -- u32 words (see :mod:`kernel.fused.gemm_rs` for semantics):
+  ``EPOCH_WORD`` (completed calls of this rank), ``FINISHED_WORD`` (CTAs done in the running call),
+  ``DONE_BASE + p`` (last epoch in which rank p finished reading this rank's partials),
+  ``READY_BASE + src * slots + tile`` (epoch in which rank ``src``'s partial of ``tile`` is stored).
+* guard B  -- red zone right after the flags.
+
+Construction is collective (every rank of the group, same order): flags zeroed and guards filled and
+the device synchronised *before* ``rendezvous``, so no peer can signal a flag that is zeroed later.
+Needs only torch (no CuTe DSL): the layout constants are shared with the kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+EPOCH_WORD = 0
+FINISHED_WORD = 1
+DONE_BASE = 32  # W <= 32
+READY_BASE = 64
+GUARD_BYTES = 4096
+ALIGN = 128
+
+
+def _round_up(n: int, a: int = ALIGN) -> int:
+    return -(-n // a) * a
+
+
+def guard_words(n: int, device, salt: int = 0) -> torch.Tensor:
+    """A fixed, irregular int16 pattern for red zones (not a plausible bf16 row, nor zeros)."""
+    idx = torch.arange(n, dtype=torch.int32) + salt
+    return ((idx * 40503 + 12345) % 65536 - 32768).to(torch.int16).to(device)
+
+
+def tile_slots(max_M: int, N: int, tiles_mn: list[tuple[int, int]]) -> int:
+    """Ready-flag slots per source rank: the most (m_tile, n_tile) tiles any config has at max_M."""
+    return max(-(-max_M // tm) * -(-N // tn) for tm, tn in tiles_mn)
+
+
+class WorkspaceLayout:
+    """Byte offsets of the sections for (W, max_M, N, slots)."""
+
+    def __init__(self, world_size: int, max_M: int, N: int, slots: int):
+        if world_size > DONE_BASE:
+            raise ValueError(f"W={world_size} > {DONE_BASE} done slots")
+        self.world_size, self.N, self.slots = world_size, N, slots
+        self.s_max = -(-max_M // world_size)
+        self.partial_rows = world_size * self.s_max
+        self.partials_bytes = _round_up(self.partial_rows * N * 2)
+        self.guard_a = self.partials_bytes
+        self.flags_off = self.guard_a + GUARD_BYTES
+        self.flag_words = READY_BASE + world_size * slots
+        self.flags_bytes = _round_up(self.flag_words * 4)
+        self.guard_b = self.flags_off + self.flags_bytes
+        self.total = self.guard_b + GUARD_BYTES
+
+
+class SymmetricWorkspace:
+    """One rank's symmetric buffer plus the peer pointers of every rank's buffer."""
+
+    def __init__(self, layout: WorkspaceLayout, group, device: torch.device):
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        self.layout = layout
+        self.device = device
+        try:
+            if symm_mem.get_backend(device) is None:
+                symm_mem.set_backend("CUDA")  # peer-mapped cuMem allocations, no NVSHMEM/NVLS
+        except Exception:  # noqa: BLE001, S110 -- older torch, or a backend set elsewhere first: keep it
+            pass
+        self.buf = symm_mem.empty(layout.total, dtype=torch.uint8, device=device)
+        L = layout
+        self.partials = self.buf[: L.partial_rows * L.N * 2].view(torch.bfloat16).view(L.partial_rows, L.N)
+        self.guard_a = self.buf[L.guard_a : L.guard_a + GUARD_BYTES].view(torch.int16)
+        self.flags = self.buf[L.flags_off : L.flags_off + L.flag_words * 4].view(torch.int32)
+        self.guard_b = self.buf[L.guard_b : L.guard_b + GUARD_BYTES].view(torch.int16)
+        self.guard_a_expected = guard_words(self.guard_a.numel(), device, salt=1)
+        self.guard_b_expected = guard_words(self.guard_b.numel(), device, salt=2)
+        self.buf.zero_()
+        self.guard_a.copy_(self.guard_a_expected)
+        self.guard_b.copy_(self.guard_b_expected)
+        torch.cuda.synchronize(device)  # zeroed flags are in memory before any peer can see the buffer
+        self.handle = symm_mem.rendezvous(self.buf, group if group is not None else dist.group.WORLD)
+        self.rank = int(self.handle.rank)
+        base = [int(p) for p in self.handle.buffer_ptrs]
+        self.partial_ptrs = base
+        self.flag_ptrs = [p + L.flags_off for p in base]
+        if base[self.rank] != self.buf.data_ptr():
+            raise RuntimeError("symmetric memory: own peer pointer differs from the local buffer")
+
+    def close(self) -> None:
+        self.handle = None
+        self.buf = self.partials = self.flags = None

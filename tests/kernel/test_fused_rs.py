@@ -1,0 +1,174 @@
+"""The fused GEMM + reduce-scatter: PTX of the kernel (no GPU needed), the workspace layout, the wrapper's
+W > 1 logic, and on a Hopper GPU the multi-rank protocol (``rs_worker.py`` under torchrun).
+
+What the PTX tests pin down (the design record in ``kernel/fused/gemm_rs.py``):
+  1. no ``multimem`` instruction, for every supported W;
+  2. flags: ``ld.acquire.sys`` waits, ``st.release.sys`` signals, the ``atom.acq_rel.gpu`` CTA counter,
+     ``nanosleep`` backoff and the ``trap`` of the spin timeout;
+  3. the partial tile is complete in global memory before the signal (``cp.async.bulk.wait_group 0``
+     and ``fence.proxy.async.global``);
+  4. peer loads are 16-byte ``ld.global.v4.b32`` (W of them unrolled per vector), results
+     ``st.global.v4.b32``; no local memory, wgmma mainloop kept.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernel.fused import cutlass_available
+from kernel.fused import wrapper as wrapper_mod
+from kernel.fused.workspace import (
+    DONE_BASE,
+    GUARD_BYTES,
+    READY_BASE,
+    WorkspaceLayout,
+    guard_words,
+    tile_slots,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+needs_cutlass = pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
+
+
+@pytest.fixture(scope="module")
+def rs_ptx():
+    if not cutlass_available():
+        pytest.skip("nvidia-cutlass-dsl is not installed")
+    from kernel.fused.compile import get_compiled_rs
+    from kernel.fused.gemm import GemmConfig
+
+    return {
+        (W, cfg.tile_n): get_compiled_rs(512, 256, cfg, W, W - 1).ptx
+        for W in (2, 8)
+        for cfg in (GemmConfig(), GemmConfig(tile_n=128))
+    }
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_rs_ptx_has_no_multimem(rs_ptx):
+    for key, ptx in rs_ptx.items():
+        assert "multimem" not in ptx, key
+        assert ".target sm_90a" in ptx
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_rs_ptx_flag_ops(rs_ptx):
+    for key, ptx in rs_ptx.items():
+        assert "ld.acquire.sys.global.u32" in ptx, key
+        assert "st.release.sys.global.u32" in ptx, key
+        assert "atom.acq_rel.gpu.global.add.u32" in ptx, key
+        assert "ld.relaxed.gpu.global.u32" in ptx and "st.relaxed.gpu.global.u32" in ptx, key
+        assert "nanosleep.u32" in ptx and "trap;" in ptx, key
+        assert "%globaltimer" in ptx, key
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_rs_ptx_store_complete_before_signal(rs_ptx):
+    for key, ptx in rs_ptx.items():
+        full_wait = re.search(r"cp\.async\.bulk\.wait_group\s+0;", ptx)
+        assert full_wait, key
+        fence = ptx.find("fence.proxy.async.global", full_wait.end())
+        assert fence > 0, key
+        assert ptx.find("st.release.sys.global.u32", fence) > 0, key
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_rs_ptx_peer_loads_unrolled_over_ranks(rs_ptx):
+    for (W, _tile_n), ptx in rs_ptx.items():
+        assert ptx.count("ld.global.v4.b32") == W
+        assert "st.global.v4.b32" in ptx
+        assert "wgmma.mma_async" in ptx
+        assert ".local" not in ptx
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_rs_kernel_rejects_bad_world():
+    from kernel.fused.gemm import GemmConfig
+    from kernel.fused.gemm_rs import HopperGemmRsBF16
+
+    with pytest.raises(ValueError):
+        HopperGemmRsBF16(512, 256, GemmConfig(), 1, 0)
+    with pytest.raises(ValueError):
+        HopperGemmRsBF16(512, 256, GemmConfig(), 4, 4)
+
+
+# --- workspace layout (torch only) -----------------------------------------------------------------------
+@pytest.mark.parametrize("W", [2, 4, 8])
+@pytest.mark.parametrize("max_M,N", [(8192, 7168), (129, 1000), (1, 8)])
+def test_workspace_layout_sections_disjoint_and_aligned(W, max_M, N):
+    slots = tile_slots(max_M, N, [(128, 256), (128, 128)])
+    L = WorkspaceLayout(W, max_M, N, slots)
+    assert L.partial_rows >= max_M and L.partial_rows == W * L.s_max
+    assert L.partials_bytes >= L.partial_rows * N * 2
+    assert L.guard_a == L.partials_bytes  # red zone right after the partials
+    assert L.flags_off == L.guard_a + GUARD_BYTES
+    assert L.flag_words == READY_BASE + W * slots
+    assert L.guard_b >= L.flags_off + L.flag_words * 4  # red zone right after the flags
+    assert L.total == L.guard_b + GUARD_BYTES
+    for off in (L.guard_a, L.flags_off, L.guard_b):
+        assert off % 128 == 0
+
+
+def test_tile_slots_cover_both_configs():
+    assert tile_slots(8192, 7168, [(128, 256), (128, 128)]) == 64 * 56
+    assert tile_slots(1, 8, [(128, 256), (128, 128)]) == 1
+    assert W_FITS_DONE_AREA()
+
+
+def W_FITS_DONE_AREA():
+    return max(wrapper_mod.FUSED_WORLD_SIZES) <= DONE_BASE < READY_BASE
+
+
+def test_guard_pattern_is_fixed_and_not_zero():
+    a, b = guard_words(4096, "cpu", salt=1), guard_words(4096, "cpu", salt=1)
+    assert torch.equal(a, b)
+    assert int((a == 0).sum()) < 4
+    assert not torch.equal(a, guard_words(4096, "cpu", salt=2))
+
+
+def test_world_sizes_and_symmetric_memory_check():
+    assert wrapper_mod.FUSED_WORLD_SIZES == (1, 2, 4, 8)
+    assert wrapper_mod.check_symmetric_memory(1) is None
+    assert wrapper_mod.check_symmetric_memory(2) is None  # torch ships _symmetric_memory
+
+
+def test_cpu_instance_has_no_workspace_and_falls_back():
+    impl = wrapper_mod.FusedGemmRs(max_M=64, N=64, K=128, device="cpu")
+    assert impl._workspace is None
+    assert set(impl.guard_regions()) == {"after workspace"}  # the fallback's red zone
+    impl.close()
+    impl.close()  # idempotent
+
+
+# --- GPU: the protocol across ranks sharing one GPU ----------------------------------------------------------
+def _hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@pytest.mark.kernel
+@pytest.mark.multiproc
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
+@pytest.mark.parametrize("W", [2, 4, 8])
+def test_fused_rs_shared_gpu(W):
+    env = dict(os.environ)
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+               TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={W}",
+           os.path.join(ROOT, "tests", "kernel", "rs_worker.py"), "--hang-timeout", "200"]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    tail = (res.stdout + res.stderr)[-4000:]
+    assert res.returncode == 0, tail
+    assert f"RESULT W={W} PASSED" in res.stdout, tail
