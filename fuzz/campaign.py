@@ -43,7 +43,7 @@ def expected_cases(cmd: list[str], env: dict, root: str) -> int | None:
     a failing test stops early, shrinking adds cases)."""
     from .settings import WEIGHTS
 
-    collect = [a for a in cmd if not a.startswith("--junitxml")]
+    collect = [a for a in cmd if not a.startswith("--junitxml") and a != "-q"]
     if "-n" in collect:
         i = collect.index("-n")
         del collect[i : i + 2]
