@@ -4,7 +4,8 @@ cases; ranks rebuild inputs from the seed; :func:`repro_command` is the one comm
 
 Families and what each checks (the verification model; numbers are property names in reports):
 
-compute   for each M of ``ms`` in order, on one long-lived implementation instance:
+compute   for each M of ``ms`` in order, on one long-lived implementation instance (call i uses input
+          kind ``kinds[i]``, or ``kind`` for every call when ``kinds`` is None):
           1 within_tolerance  (implementation vs fp64 truth, derived budget)
           2 oracle_within_tolerance (the oracle vs the same truth: the reference itself is sane)
           3 bitwise_equal     (kind "exact": implementation == oracle bit for bit)
@@ -13,10 +14,16 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
           6 guard_regions_untouched (red zones around out, after workspaces and flags)
           7 repeatable        (``repeat`` calls at ms[0] give identical bits)
           8 fresh_per_call    (len(ms) > 1: each result == a fresh instance's first call at that M)
+          9 inputs_changed_in_place (after the calls at ms[0]: new values written into the same x and w
+                              tensors, one more call: within tolerance of the new truth, bitwise in
+                              exact mode — a result or staging keyed by data pointer shows here)
+          also returns_out (out= given: the returned tensor is out) and oracle_exact (exact mode: the
+          oracle == the fp64 truth rounded to bf16).
           ``late_rank`` sleeps ``delay_ms`` before its calls (skew changes nothing but time).
 capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with CapacityError before any
           work and changes nothing (rejected_cleanly), then a valid call still passes 1.
-bad_call  an invalid call (``bad``: see BAD_CALLS) raises its typed error and changes nothing.
+bad_call  an invalid call (``bad``: a key of BAD_CALLS, or "all" for every one of them in turn on the
+          same instance) raises its typed error and changes nothing (bad_call_rejected).
 graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
           before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
 """
@@ -62,6 +69,7 @@ class Case:
     late_rank: int | None = None
     delay_ms: int = 0
     bad: str | None = None
+    kinds: list[str] | None = None  # input kind of each call of ms (compute); None: ``kind`` for all
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -71,8 +79,17 @@ class Case:
         d = json.loads(text) if isinstance(text, str) else dict(text)
         return cls(**d)
 
+    def call_kinds(self) -> list[str]:
+        """The input kind of each call of ``ms``."""
+        if self.kinds is None:
+            return [self.kind] * len(self.ms)
+        if len(self.kinds) != len(self.ms):
+            raise ValueError(f"kinds {self.kinds} and ms {self.ms} differ in length")
+        return list(self.kinds)
+
     def short(self) -> str:
-        parts = [self.family, f"M={self.ms}", f"N={self.N}", f"K={self.K}", self.kind]
+        kind = self.kind if self.kinds is None else "/".join(self.kinds)
+        parts = [self.family, f"M={self.ms}", f"N={self.N}", f"K={self.K}", kind]
         if self.bad:
             parts.append(f"bad={self.bad}")
         if self.late_rank is not None:

@@ -60,15 +60,16 @@ class RankContext:
         self._impls.clear()
 
     # inputs ---------------------------------------------------------------------------------
-    def x(self, case: Case, seed: int, M: int) -> torch.Tensor:
-        return make_x(seed, self.rank, M, case.K, self.world_size, case.kind).to(self.device)
+    def x(self, case: Case, seed: int, M: int, kind: str | None = None) -> torch.Tensor:
+        return make_x(seed, self.rank, M, case.K, self.world_size, kind or case.kind).to(self.device)
 
-    def w(self, case: Case, seed: int) -> torch.Tensor:
-        return make_w(seed, self.rank, case.N, case.K, self.world_size, case.kind).to(self.device)
+    def w(self, case: Case, seed: int, kind: str | None = None) -> torch.Tensor:
+        return make_w(seed, self.rank, case.N, case.K, self.world_size, kind or case.kind).to(self.device)
 
-    def truth(self, case: Case, seed: int, M: int):
+    def truth(self, case: Case, seed: int, M: int, kind: str | None = None):
         dev = self.device if self.device.type == "cuda" else "cpu"
-        return seeded_shard_truth(seed, case.kind, self.rank, M, case.N, case.K, self.world_size, device=dev)
+        return seeded_shard_truth(seed, kind or case.kind, self.rank, M, case.N, case.K, self.world_size,
+                                  device=dev)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -97,10 +98,13 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
 
 # --- compute ------------------------------------------------------------------------------------
 
-def _call_checked(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag: str, late: bool):
-    """One implementation call at M with the full per-call property set. Returns (checks, output)."""
+def _call_checked(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag: str, late: bool,
+                  kind: str | None = None):
+    """One implementation call at M with the full per-call property set (inputs of ``kind``, default
+    the case's). Returns (checks, output, (x, w, S, n_valid, row0))."""
     W, r = ctx.world_size, ctx.rank
-    x, w = ctx.x(case, seed, M), ctx.w(case, seed)
+    kind = kind or case.kind
+    x, w = ctx.x(case, seed, M, kind), ctx.w(case, seed, kind)
     S, n_valid, row0 = shard_rows(M, W), valid_rows(M, W, r), r * shard_rows(M, W)
     guarded = None
     out = None
@@ -114,13 +118,13 @@ def _call_checked(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag:
     y = impl(x, w, out=out)
     ctx.sync()
     ref = reference_gemm_rs(x, w, ctx.group)
-    truth = ctx.truth(case, seed, M)
+    truth = ctx.truth(case, seed, M, kind)
     checks = [
         within_tolerance(y, truth, rank=r),
         within_tolerance(ref, truth, rank=r, name="oracle_within_tolerance"),
         nonfinite_pattern_matches(y, ref, n_valid, rank=r, row_offset=row0),
     ]
-    if case.kind == "exact":
+    if kind == "exact":
         checks.append(bitwise_equal(y, ref, n_valid, rank=r, row_offset=row0))
         exact_truth = truth.y[:n_valid].to(torch.bfloat16)
         checks.append(bitwise_equal(ref, exact_truth, n_valid, rank=r, row_offset=row0, name="oracle_exact"))
@@ -137,6 +141,7 @@ def _call_checked(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag:
     for c in checks:
         c.extra.setdefault("call", tag)
         c.extra.setdefault("M", M)
+        c.extra.setdefault("kind", kind)
     return checks, y.clone(), (x, w, S, n_valid, row0)
 
 
@@ -151,9 +156,10 @@ def _compute(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     r = ctx.rank
     checks: list[CheckResult] = []
     sequence = []
-    for i, M in enumerate(case.ms):
+    for i, (M, kind) in enumerate(zip(case.ms, case.call_kinds())):
         seed = case.seed + i
-        call_checks, y, (x, w, S, n_valid, row0) = _call_checked(ctx, impl, case, M, seed, tag=f"call{i}", late=True)
+        call_checks, y, (x, w, S, n_valid, row0) = _call_checked(ctx, impl, case, M, seed, tag=f"call{i}",
+                                                                 late=True, kind=kind)
         checks += call_checks
         if i == 0 and case.repeat > 1:
             outs = [y]
@@ -171,9 +177,38 @@ def _compute(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             finally:
                 _close(fresh)
             sequence.append((M, y, yf, n_valid, row0))
+        if i == 0:
+            checks.append(_inputs_changed_in_place(ctx, impl, case, x, w, M, seed + INPLACE_SEED_OFFSET, kind))
     if sequence:
         checks.append(fresh_per_call(sequence, rank=r))
     return checks
+
+
+INPLACE_SEED_OFFSET = 1_000_003  # inputs written in place: a seed no call of a case uses
+
+
+def _inputs_changed_in_place(ctx: RankContext, impl, case: Case, x, w, M: int, seed: int, kind: str) -> CheckResult:
+    """Property 9: the same x and w tensors (same data pointers, same shapes) get new values in place,
+    then one more call; its result must follow the new values (an implementation that stages inputs or
+    caches results keyed by pointer — host state a graph replay would not reproduce — fails)."""
+    r, W = ctx.rank, ctx.world_size
+    n_valid, row0 = valid_rows(M, W, r), r * shard_rows(M, W)
+    x.copy_(ctx.x(case, seed, M, kind))
+    w.copy_(ctx.w(case, seed, kind))
+    out = sentinel_like((shard_rows(M, W), case.N), device=ctx.device) if case.out == "guarded" else None
+    y = impl(x, w, out=out)
+    ctx.sync()
+    truth = ctx.truth(case, seed, M, kind)
+    name = "inputs_changed_in_place"
+    if kind == "exact":
+        res = bitwise_equal(y, truth.y[:n_valid].to(torch.bfloat16), n_valid, rank=r, row_offset=row0, name=name)
+    else:
+        res = within_tolerance(y, truth, rank=r, name=name)
+    if not res.passed:
+        res.detail = (res.detail + "; " if res.detail else "") + (
+            "after new values were written into the same x and w tensors, the result did not follow them")
+    res.extra.update(call="inplace", M=M, kind=kind)
+    return res
 
 
 # --- capacity ------------------------------------------------------------------------------------
@@ -205,14 +240,19 @@ def _capacity(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
 # --- bad calls -----------------------------------------------------------------------------------
 
 def _bad_call(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    if case.bad == "all":
+        return [_one_bad_call(ctx, impl, case, kind) for kind in sorted(BAD_CALLS)]
+    if case.bad not in BAD_CALLS:
+        return [CheckResult("case_family", passed=False, rank=ctx.rank, detail=f"unknown bad call {case.bad!r}")]
+    return [_one_bad_call(ctx, impl, case, case.bad)]
+
+
+def _one_bad_call(ctx: RankContext, impl, case: Case, kind: str) -> CheckResult:
     r, W, dev = ctx.rank, ctx.world_size, ctx.device
     M = case.ms[0]
     x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
     S = shard_rows(M, W)
     out = sentinel_like((S, case.N), device=dev)
-    kind = case.bad
-    if kind not in BAD_CALLS:
-        return [CheckResult("case_family", passed=False, rank=r, detail=f"unknown bad call {kind!r}")]
     expected: type | tuple = getattr(kerr, BAD_CALLS[kind])
     args = {"x": x, "w": w, "out": out}
     if kind == "x_dtype":
@@ -248,7 +288,9 @@ def _bad_call(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     res = rejected_cleanly(lambda: impl(args["x"], args["w"], out=args["out"]), expected, watched, rank=r,
                            name="bad_call_rejected")
     res.extra["bad"] = kind
-    return [res]
+    if not res.passed:
+        res.detail = f"bad call {kind}: {res.detail}"
+    return res
 
 
 # --- graphs --------------------------------------------------------------------------------------

@@ -1,5 +1,11 @@
 """Hypothesis strategies for cases. They shrink toward the simple case: M=1 and boundary values first,
-gaussian inputs, one call, no skew, seed 0, the first shape of the family."""
+gaussian inputs, one call, no skew, seed 0, the first shape of the family.
+
+They are built to reach each bug class in a handful of examples (the mutation meta-test, mutants/meta.py,
+measures it): a multi-call case gives every call a different input kind (so few cases cover every kind,
+and a NaN or a stale value left behind by one call meets different data in the next), may come back to
+its first M (alternation: 1024, 129, 1024), and a bad-call case shrinks to "all" (every bad call of
+BAD_CALLS on one instance) rather than leaving each bad call to chance."""
 
 from __future__ import annotations
 
@@ -46,12 +52,21 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     max_M = max_M or MAX_M[machine(topology)]
     N, K = draw(shapes(topology))
     ms = draw(st.lists(m_values(world_size, max_M), min_size=1, max_size=4))
+    if len(ms) > 1 and draw(st.booleans()):
+        ms.append(ms[0])  # come back to the first M after others: a result kept per shape is stale now
     kind = draw(st.sampled_from(KINDS))
+    kinds = None
+    if len(ms) > 1:
+        # every call a different kind, the first one's being ``kind``; shrinks toward KINDS order
+        others = draw(st.permutations([k for k in KINDS if k != kind]))
+        kinds = [kind] + [others[i % len(others)] for i in range(len(ms) - 1)]
     out = draw(st.sampled_from(["guarded", "none"]))
     late_rank = draw(st.none() | st.integers(0, world_size - 1))
-    delay_ms = draw(st.sampled_from([0, 5, 30])) if late_rank is not None else 0
+    # 100 ms: above any natural jitter of a loaded host, so a skew-dependent bug shows for sure
+    delay_ms = draw(st.sampled_from([0, 5, 30, 100])) if late_rank is not None else 0
     seed = draw(st.integers(0, 2**31 - 1))
-    return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms)
+    return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
+                kinds=kinds)
 
 
 @st.composite
@@ -69,7 +84,7 @@ def capacity_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
 def bad_call_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
     max_M = max_M or MAX_M[machine(topology)]
     N, K = draw(shapes(topology))
-    bad = draw(st.sampled_from(sorted(BAD_CALLS)))
+    bad = draw(st.sampled_from(["all", *sorted(BAD_CALLS)]))
     m = draw(m_values(world_size, min(max_M, 1024)))
     return Case("bad_call", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], bad=bad)
 

@@ -1,17 +1,55 @@
 """The catalogue. Each class subclasses the correct unfused implementation and breaks one thing.
 
-The docstring of each mutant names the real bug class it models; ``CATALOGUE`` lists them with the
-property family expected to catch them (documentation, not a constraint: any failing property kills).
+The docstring of each mutant names the real bug class of fused communication kernels it models.
+:data:`CATALOGUE` lists the mutants the kill matrix runs (:mod:`mutants.meta`), each with the world sizes
+it is run at and the property expected to catch it — documentation, not a constraint: any failing
+property kills. ``HangOnM``, ``CrashOnM`` and ``PowerOfTwoGroupsOnly`` are fixtures of the engine's own
+tests (tests/engine), not part of the matrix.
+
+Every mutant keeps the collective schedule of the correct implementation on every rank (same
+collectives, same order), unless breaking it *is* the bug: a mutant must be caught by a property, not
+by an accident of the harness.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
+from kernel import collectives
+from kernel.checks import check_m_in_range, check_operands
 from kernel.unfused import UnfusedGemmRs
+
+# --- shared pieces ---------------------------------------------------------------------------------
+
+
+def _all_reduced_rows(impl: UnfusedGemmRs, x, w, M: int) -> torch.Tensor:
+    """Every row of Y (W*S rows, zero padded), summed over the group: what a mutant that indexes the
+    wrong rows reads from. All ranks call it (one all_reduce)."""
+    S = impl.shard_rows(M)
+    partials = torch.zeros(impl.world_size * S, impl.N, dtype=torch.bfloat16, device=impl.device)
+    torch.mm(x, w.t(), out=partials[:M])
+    if collectives.backend_of(impl.group) != "none" and impl.world_size > 1:
+        dist.all_reduce(partials, group=impl.group)
+    return partials
+
+
+def _finish(impl: UnfusedGemmRs, out, shard: torch.Tensor, M: int) -> torch.Tensor:
+    """The correct epilogue: valid rows of ``shard`` into ``out`` (allocated when None)."""
+    S = impl.shard_rows(M)
+    n_valid = impl.valid_rows(M)
+    if out is None:
+        out = torch.zeros(S, impl.N, dtype=torch.bfloat16, device=impl.device)
+    out[:n_valid].copy_(shard[:n_valid])
+    impl.last_path = "unfused"
+    return out
+
+
+# --- engine fixtures (tests/engine) -----------------------------------------------------------------
 
 
 class DroppedRankOddM(UnfusedGemmRs):
@@ -49,12 +87,475 @@ class CrashOnM(UnfusedGemmRs):
         return super()._run(x, w, out, M)
 
 
-
-
-
 class PowerOfTwoGroupsOnly(UnfusedGemmRs):
     """Not a bug: an implementation that supports only W in {1, 2, 4, 8} and says so at construction.
     The gate must treat W=3 as a clean rejection, not a failure (engine self-test)."""
 
     name = "power-of-two-groups"
     supported_world_sizes = (1, 2, 4, 8)
+
+
+# --- which rank's data ------------------------------------------------------------------------------
+
+
+class DoubleCountedRank(UnfusedGemmRs):
+    """A rank counted twice: the peer loop visits rank 0 twice (``for i in range(W + 1)`` over
+    ``(r + i) % W``), so rank 0's partial enters the sum twice."""
+
+    name = "mutant-double-counted-rank"
+
+    def _run(self, x, w, out, M):
+        if self.rank == 0:
+            x = x * 2  # exact in bf16: the partial is exactly doubled
+        return super()._run(x, w, out, M)
+
+
+class ShardPermutation(UnfusedGemmRs):
+    """Shards handed to the wrong rank: the epilogue stores peer (r + 1) % W's shard (a rank-to-peer
+    mapping that uses the local rank where the group rank is meant, or a rotated peer table)."""
+
+    name = "mutant-shard-permutation"
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        full = _all_reduced_rows(self, x, w, M)
+        src = (self.rank + 1) % self.world_size
+        return _finish(self, out, full[src * S : (src + 1) * S], M)
+
+
+class ShiftedRowAtShardBoundary(UnfusedGemmRs):
+    """Off by one at a shard boundary: the first row of every shard but rank 0's is read from the row
+    before it (the previous rank's last row) — a tile's row offset computed as ``r * S - 1``."""
+
+    name = "mutant-shifted-row-at-boundary"
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        full = _all_reduced_rows(self, x, w, M)
+        shard = full[self.rank * S : (self.rank + 1) * S].clone()
+        if self.rank > 0 and S > 0:
+            shard[0] = full[self.rank * S - 1]
+        return _finish(self, out, shard, M)
+
+
+class LateRankReadsStaleBuffer(UnfusedGemmRs):
+    """A late rank's stale buffer is read: the peers poll a flag that was left set by the previous call
+    (the epoch is not advanced), so when one rank arrives late (> 3 ms after the first) the others
+    reduce its symmetric buffer as it was after the previous call. Without skew (< 20 ms: more than the
+    ranks' natural jitter on a loaded CPU host) it is correct."""
+
+    name = "mutant-late-rank-stale-buffer"
+    SKEW_S = 0.020
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._previous = torch.zeros_like(self._partials)  # what peers find in this rank's buffer
+
+    def _run(self, x, w, out, M):
+        arrived = torch.full((self.world_size,), time.time(), dtype=torch.float64)
+        if self.world_size > 1:
+            mine = torch.tensor([time.time()], dtype=torch.float64)
+            dist.all_gather_into_tensor(arrived, mine, group=self.group)
+        late = int(torch.argmax(arrived))
+        skewed = float(arrived.max() - arrived.min()) > self.SKEW_S
+        S = self.shard_rows(M)
+        rows = self.world_size * S
+        partials = self._partials[:rows]
+        torch.mm(x, w.t(), out=partials[:M])
+        partials[M:].zero_()
+        send = self._previous[:rows] if (skewed and self.rank == late) else partials
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, send.clone(), self.group, self._staging)
+        self._previous[:rows].copy_(partials)
+        return _finish(self, out, shard, M)
+
+
+# --- which rows are written ---------------------------------------------------------------------------
+
+
+class PaddingRowsZeroed(UnfusedGemmRs):
+    """Padding rows written with zeros: the epilogue stores the whole S-row tile without the row
+    predicate ``r * S + i < M`` (the reduced padding rows are zero)."""
+
+    name = "mutant-padding-zeroed"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        S = self.shard_rows(M)
+        y[:S].copy_(self._shard[:S])
+        return y
+
+
+class PaddingRowsGarbage(UnfusedGemmRs):
+    """Padding rows written with garbage: the masked rows of the tile are stored from a staging buffer
+    that was never written for them (here: the workspace's tail, whatever it holds)."""
+
+    name = "mutant-padding-garbage"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        S, n_valid = self.shard_rows(M), self.valid_rows(M)
+        pad = S - n_valid
+        if pad > 0:
+            tail = self._ws.reshape(-1)[-pad * self.N :].view(pad, self.N)
+            y[n_valid:S].copy_(tail)
+        return y
+
+
+class RowPastEndOfOut(UnfusedGemmRs):
+    """One row written past the end of ``out``: the last tile's store is not predicated on S, so row S
+    (one past the end) is written through out's storage — a red-zone write into whatever follows."""
+
+    name = "mutant-row-past-out"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is None:
+            return y
+        storage = out.untyped_storage()
+        offset = out.storage_offset() + out.numel()
+        if (offset + self.N) * out.element_size() <= storage.nbytes():
+            past = torch.empty(0, dtype=out.dtype, device=out.device).set_(storage, offset, (1, self.N))
+            past.copy_(self._shard[:1])
+        return y
+
+
+class WorkspaceOverrun(UnfusedGemmRs):
+    """A write past max_M into the workspace's guard: the padding-clear loop runs to ``<= W*S``
+    instead of ``< W*S``, one row too far; at M near max_M that row is past the workspace."""
+
+    name = "mutant-workspace-overrun"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        S = self.shard_rows(M)
+        self._ws[self.world_size * S].zero_()
+        return y
+
+
+class OutIgnored(UnfusedGemmRs):
+    """``out=`` ignored: the wrapper allocates a fresh result and returns it (a caller that keeps
+    ``out`` — a CUDA-graph static buffer, a preallocated activation — reads stale data)."""
+
+    name = "mutant-out-ignored"
+
+    def _run(self, x, w, out, M):
+        return super()._run(x, w, None, M)
+
+
+# --- capacity and bad calls -----------------------------------------------------------------------------
+
+
+class CapacityAsAssert(UnfusedGemmRs):
+    """The capacity check written as ``assert``: without -O an out-of-range M raises AssertionError (not
+    the contract's CapacityError); under -O the check is gone and M > max_M runs past the workspace."""
+
+    name = "mutant-capacity-assert"
+
+    def validate(self, x, w, out):
+        M = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() == 2 else -1
+        # Deliberate planted bug: a bare assert (python -O removes it). The only one in the repo.
+        assert 0 < M <= self.max_M, f"M={M} out of range"  # noqa: S101
+        return check_operands(x, w, out, N=self.N, K=self.K, max_M=1 << 62, world_size=self.world_size,
+                              device=self.device)
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        rows = self._partials.shape[0]
+        if self.world_size * S <= rows:
+            return super()._run(x, w, out, M)
+        # Past capacity (only reachable under -O): the GEMM's tiles run on past the workspace — here a
+        # scratch buffer holds the result and its first row past capacity lands in the guard.
+        partials = torch.zeros(self.world_size * S, self.N, dtype=torch.bfloat16, device=self.device)
+        torch.mm(x, w.t(), out=partials[:M])
+        self._guard[0].copy_(partials[rows])
+        shard = torch.empty(S, self.N, dtype=torch.bfloat16, device=self.device)
+        collectives.reduce_scatter(shard, partials, self.group)
+        return _finish(self, out, shard, M)
+
+
+class ZeroMAccepted(UnfusedGemmRs):
+    """M = 0 silently accepted: an early ``if M == 0: return`` fast path before the capacity check (the
+    contract rejects M <= 0; a caller's empty batch bug goes unnoticed)."""
+
+    name = "mutant-zero-m-accepted"
+
+    def validate(self, x, w, out):
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[0] == 0:
+            return 0
+        return super().validate(x, w, out)
+
+    def _run(self, x, w, out, M):
+        if M == 0:
+            return out if out is not None else torch.empty(0, self.N, dtype=torch.bfloat16)
+        return super()._run(x, w, out, M)
+
+
+class WorkQueuedBeforeCheck(UnfusedGemmRs):
+    """Work queued before the check: the prologue (clearing ``out``, resetting flags) is launched, then
+    the host-side check raises — the rejected call is not side-effect free."""
+
+    name = "mutant-work-before-check"
+
+    def __call__(self, x, w, out=None):
+        try:
+            M = self.validate(x, w, out)
+        except Exception:
+            if isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16:
+                out.zero_()
+            raise
+        return self._run(x, w, out, M)
+
+
+class WrongDtypeAccepted(UnfusedGemmRs):
+    """Wrong dtype accepted silently: fp16/fp32 inputs are cast to bf16 instead of rejected (the caller's
+    precision bug — an fp32 master weight passed by mistake — is hidden)."""
+
+    name = "mutant-wrong-dtype-accepted"
+
+    def __call__(self, x, w, out=None):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.bfloat16:
+            x = x.to(torch.bfloat16)
+        if isinstance(w, torch.Tensor) and w.is_floating_point() and w.dtype != torch.bfloat16:
+            w = w.to(torch.bfloat16)
+        return super().__call__(x, w, out)
+
+
+class NonContiguousXReadWrongly(UnfusedGemmRs):
+    """Non-contiguous x accepted and read as if row-major: the layout check is missing and the kernel's
+    TMA descriptor assumes stride (K, 1), so a strided view is read from the wrong addresses."""
+
+    name = "mutant-noncontiguous-x"
+
+    def validate(self, x, w, out):
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and not x.is_contiguous():
+            check_m_in_range(int(x.shape[0]), self.max_M)  # M first, as the correct checks do
+            return super().validate(x.contiguous(), w, out)  # every check but the layout one
+        return super().validate(x, w, out)
+
+    def _run(self, x, w, out, M):
+        if not x.is_contiguous():
+            x = torch.as_strided(x, x.shape, (x.shape[1], 1))
+        return super()._run(x, w, out, M)
+
+
+class TransposedWeightAccepted(UnfusedGemmRs):
+    """A transposed weight accepted when N == K: the layout is inferred from the shape alone, and
+    ``w.mT`` of a square weight has the right shape; a ``.contiguous()`` hides the stride."""
+
+    name = "mutant-transposed-weight-square"
+
+    def __call__(self, x, w, out=None):
+        if isinstance(w, torch.Tensor) and w.dim() == 2 and not w.is_contiguous() and tuple(w.shape) == (
+            self.N, self.K
+        ):
+            w = w.contiguous()
+        return super().__call__(x, w, out)
+
+
+# --- behaviour over time ---------------------------------------------------------------------------------
+
+
+class ShapeKeyedResultCache(UnfusedGemmRs):
+    """A result cached per shape: a plan cache keyed by M also memoises the reduced shard, so the second
+    call at an M (after alternating to another M and back) returns the first call's result."""
+
+    name = "mutant-shape-keyed-cache"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def _run(self, x, w, out, M):
+        hit = self._cache.get(M)
+        if hit is None:
+            S = self.shard_rows(M)
+            y = super()._run(x, w, None, M)
+            self._cache[M] = y[:S].clone()
+            hit = self._cache[M]
+        return _finish(self, out, hit, M)
+
+
+class StaleAfterInplaceInputs(UnfusedGemmRs):
+    """A graph-style replay that ignores in-place input changes: inputs are staged into the workspace
+    only when their data pointers change (host-side state a CUDA-graph replay would not reproduce), so
+    new values written into the same tensors are never seen."""
+
+    name = "mutant-stale-inplace-inputs"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._x_stage = torch.zeros(max_M, K, dtype=torch.bfloat16, device=self.device)
+        self._w_stage = torch.zeros(N, K, dtype=torch.bfloat16, device=self.device)
+        self._staged: tuple | None = None
+
+    def _run(self, x, w, out, M):
+        key = (x.data_ptr(), w.data_ptr(), M)
+        if key != self._staged:
+            self._x_stage[:M].copy_(x)
+            self._w_stage.copy_(w)
+            self._staged = key
+        return super()._run(self._x_stage[:M], self._w_stage, out, M)
+
+
+class NondeterministicReduction(UnfusedGemmRs):
+    """Bitwise nondeterminism: the cross-rank reduction differs from call to call (an autotuner or a
+    timing-dependent path switching between a bf16 reduce of rounded partials and an fp32 reduce), so
+    repeated calls on the same inputs differ in the last bit — each result within tolerance."""
+
+    name = "mutant-nondeterministic-reduction"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._calls = 0
+
+    def _run(self, x, w, out, M):
+        self._calls += 1
+        if self._calls % 2:
+            return super()._run(x, w, out, M)
+        S = self.shard_rows(M)
+        partials = torch.zeros(self.world_size * S, self.N, dtype=torch.float32, device=self.device)
+        torch.mm(x.float(), w.float().t(), out=partials[:M])
+        shard = torch.empty(S, self.N, dtype=torch.float32, device=self.device)
+        collectives.reduce_scatter(shard, partials, self.group)
+        return _finish(self, out, shard.to(torch.bfloat16), M)
+
+
+# --- numerics -------------------------------------------------------------------------------------------
+
+
+class NaNSwallowed(UnfusedGemmRs):
+    """NaN swallowed: the epilogue sanitises the result (``nan_to_num``, an fmax-style reduction that
+    drops NaN), so a NaN from a bad input becomes a plausible 0."""
+
+    name = "mutant-nan-swallowed"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        n_valid = self.valid_rows(M)
+        y[:n_valid].copy_(torch.nan_to_num(y[:n_valid], nan=0.0, posinf=float("inf"), neginf=float("-inf")))
+        return y
+
+
+class NaNStickyInWorkspace(UnfusedGemmRs):
+    """beta = 0 is not "ignore C": the GEMM epilogue computes ``alpha * x @ w.T + beta * C`` over the
+    workspace with beta = 0, and 0 * NaN = NaN, 0 * Inf = NaN — a non-finite value left in the workspace
+    by an earlier call poisons every later call whose rows overlap it (the classic BLAS beta=0 bug)."""
+
+    name = "mutant-nan-sticky-workspace"
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        partials = self._partials[: self.world_size * S]
+        fresh = torch.mm(x, w.t())
+        fresh.add_(partials[:M] * 0)  # beta * C with beta = 0
+        partials[:M].copy_(fresh)
+        partials[M:].zero_()
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, partials, self.group, self._staging)
+        return _finish(self, out, shard, M)
+
+
+class SmallTilesSkipped(UnfusedGemmRs):
+    """Values below a threshold dropped: a sparsity shortcut skips a rank's 64x64 partial tile whose
+    max |value| is below 2^-10 (meant for all-zero tiles, lossy for small activations)."""
+
+    name = "mutant-small-tiles-skipped"
+    TILE = 64
+    THRESHOLD = 2.0**-10
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        partials = self._partials[: self.world_size * S]
+        torch.mm(x, w.t(), out=partials[:M])
+        partials[M:].zero_()
+        for r0 in range(0, M, self.TILE):
+            for c0 in range(0, self.N, self.TILE):
+                tile = partials[r0 : r0 + self.TILE, c0 : c0 + self.TILE]
+                if float(tile.abs().max()) < self.THRESHOLD:  # NaN compares False: kept
+                    tile.zero_()
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, partials, self.group, self._staging)
+        return _finish(self, out, shard, M)
+
+
+class OutputScaledSlightly(UnfusedGemmRs):
+    """Output scaled by (1 + 2^-7): a wrong epilogue scale (alpha from a stale fp8/bf16 scale tensor),
+    small enough to hide inside a loose tolerance; exact mode sees every integer change."""
+
+    name = "mutant-output-scaled"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        n_valid = self.valid_rows(M)
+        y[:n_valid].copy_((y[:n_valid].float() * (1.0 + 2.0**-7)).to(torch.bfloat16))
+        return y
+
+
+class NoValidRowsSkipsCollective(UnfusedGemmRs):
+    """A rank with no valid row returns early (``if n_valid == 0: return out``) without joining the
+    reduce-scatter: its peers wait for it or pair with its next collective — a hang or a wrong result
+    whenever M < (W - 1) * S + 1 leaves the last rank empty (M=1 at W=2)."""
+
+    name = "mutant-no-rows-skips-collective"
+
+    def _run(self, x, w, out, M):
+        if self.valid_rows(M) == 0:
+            S = self.shard_rows(M)
+            return out if out is not None else torch.zeros(S, self.N, dtype=torch.bfloat16, device=self.device)
+        return super()._run(x, w, out, M)
+
+
+# --- the matrix --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MutantSpec:
+    """One row of the kill matrix: the mutant, the world sizes it runs at in CI (the nightly run adds
+    more), and the property expected to catch it (documentation; any failure kills)."""
+
+    name: str
+    world_sizes: tuple[int, ...]
+    expected: str
+
+    @property
+    def impl(self) -> str:
+        return f"mutants.catalogue:{self.name}"
+
+
+CATALOGUE: tuple[MutantSpec, ...] = (
+    MutantSpec("DroppedRankOddM", (2,), "within_tolerance"),
+    MutantSpec("DoubleCountedRank", (2,), "within_tolerance"),
+    MutantSpec("ShardPermutation", (2,), "within_tolerance"),
+    MutantSpec("ShiftedRowAtShardBoundary", (2,), "within_tolerance"),
+    MutantSpec("LateRankReadsStaleBuffer", (2,), "within_tolerance (late_rank cases)"),
+    MutantSpec("PaddingRowsZeroed", (2,), "padded_rows_untouched"),
+    MutantSpec("PaddingRowsGarbage", (2,), "padded_rows_untouched"),
+    MutantSpec("RowPastEndOfOut", (2,), "guard_regions_untouched (after out)"),
+    MutantSpec("WorkspaceOverrun", (2,), "guard_regions_untouched (after workspace)"),
+    MutantSpec("OutIgnored", (2,), "returns_out"),
+    MutantSpec("CapacityAsAssert", (2,), "capacity_rejected"),
+    MutantSpec("ZeroMAccepted", (2,), "capacity_rejected"),
+    MutantSpec("WorkQueuedBeforeCheck", (2,), "capacity_rejected / bad_call_rejected"),
+    MutantSpec("WrongDtypeAccepted", (2,), "bad_call_rejected"),
+    MutantSpec("NonContiguousXReadWrongly", (2,), "bad_call_rejected"),
+    MutantSpec("TransposedWeightAccepted", (2,), "bad_call_rejected"),
+    MutantSpec("ShapeKeyedResultCache", (2,), "within_tolerance / fresh_per_call"),
+    MutantSpec("StaleAfterInplaceInputs", (2,), "inputs_changed_in_place"),
+    MutantSpec("NondeterministicReduction", (2,), "repeatable"),
+    MutantSpec("NaNSwallowed", (2,), "nonfinite_pattern_matches"),
+    MutantSpec("NaNStickyInWorkspace", (2,), "nonfinite_pattern_matches (kinds alternate)"),
+    MutantSpec("SmallTilesSkipped", (2,), "within_tolerance (small inputs)"),
+    MutantSpec("OutputScaledSlightly", (2,), "bitwise_equal (exact mode)"),
+    MutantSpec("NoValidRowsSkipsCollective", (2,), "hang / wrong result"),
+)
+
+#: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
+ENGINE_FIXTURES = ("HangOnM", "CrashOnM", "PowerOfTwoGroupsOnly")
+
+
+def spec(name: str) -> MutantSpec:
+    for s in CATALOGUE:
+        if s.name == name:
+            return s
+    raise KeyError(f"no mutant {name!r} in the catalogue; one of {[s.name for s in CATALOGUE]}")
