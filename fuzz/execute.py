@@ -8,6 +8,7 @@ verdict with an all-reduce on the gloo control group before reporting.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 
@@ -75,6 +76,18 @@ class RankContext:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def barrier(self) -> None:
+        """All ranks here (e.g. after a rejected call's before/after comparison, before anyone's next
+        call writes into peers' flag areas)."""
+        self.sync()
+        if torch.distributed.is_initialized() and self.world_size > 1:
+            torch.distributed.barrier(group=self.group)
+
+
+def waiver(impl, clause: str) -> str | None:
+    """The reason ``impl`` gives for not offering a contract clause (kernel.interface.CLAUSES), or None."""
+    return getattr(impl, "waived_clauses", {}).get(clause)
+
 
 def _close(impl) -> None:
     close = getattr(impl, "close", None)
@@ -93,7 +106,14 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     runner = {"compute": _compute, "capacity": _capacity, "bad_call": _bad_call, "graph": _graph}.get(case.family)
     if runner is None:
         return [CheckResult("case_family", passed=False, rank=ctx.rank, detail=f"unknown family {case.family!r}")]
-    return runner(ctx, impl, case)
+    waived = []
+    reason = waiver(impl, "out_param")
+    if reason and case.out == "guarded" and case.family in ("compute", "capacity"):
+        # No out= to check: run the case with out=None and report the out= clauses as skipped.
+        case = dataclasses.replace(case, out="none")
+        waived = [skipped(name, f"waived by the implementation: {reason}", rank=ctx.rank)
+                  for name in ("returns_out", "padded_rows_untouched")]
+    return runner(ctx, impl, case) + waived
 
 
 # --- compute ------------------------------------------------------------------------------------
@@ -156,8 +176,13 @@ def _compute(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     r = ctx.rank
     checks: list[CheckResult] = []
     sequence = []
+    unaligned_waived = waiver(impl, "unaligned_m")
     for i, (M, kind) in enumerate(zip(case.ms, case.call_kinds())):
         seed = case.seed + i
+        if unaligned_waived and M % ctx.world_size:
+            checks.append(skipped("unaligned_m", f"M={M} is not a multiple of W={ctx.world_size}; waived by the "
+                                  f"implementation: {unaligned_waived}", rank=r))
+            continue
         call_checks, y, (x, w, S, n_valid, row0) = _call_checked(ctx, impl, case, M, seed, tag=f"call{i}",
                                                                  late=True, kind=kind)
         checks += call_checks
@@ -215,6 +240,9 @@ def _inputs_changed_in_place(ctx: RankContext, impl, case: Case, x, w, M: int, s
 
 def _capacity(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     r, W = ctx.rank, ctx.world_size
+    reason = waiver(impl, "capacity_check")
+    if reason:
+        return [skipped("capacity_rejected", f"waived by the implementation: {reason}", rank=r)]
     w = ctx.w(case, case.seed)
     if case.bad == "zero":
         x = torch.empty(0, case.K, dtype=torch.bfloat16, device=ctx.device)
@@ -232,6 +260,7 @@ def _capacity(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     checks = [rejected_cleanly(lambda: impl(x, w, out=guarded.payload), kerr.CapacityError, watched, rank=r,
                                name="capacity_rejected")]
     checks[0].extra["bad"] = case.bad
+    ctx.barrier()  # nobody's next call may touch a peer's state before that peer compared it
     # The instance still works after a rejected call.
     call_checks, _, _ = _call_checked(ctx, impl, case, case.ms[0], case.seed + 1, tag="after_reject", late=False)
     return checks + call_checks
@@ -254,6 +283,11 @@ def _one_bad_call(ctx: RankContext, impl, case: Case, kind: str) -> CheckResult:
     S = shard_rows(M, W)
     out = sentinel_like((S, case.N), device=dev)
     expected: type | tuple = getattr(kerr, BAD_CALLS[kind])
+    out_waived = waiver(impl, "out_param")
+    if out_waived and kind.startswith("out_"):
+        return skipped("bad_call_rejected", f"{kind}: waived by the implementation: {out_waived}", rank=r)
+    if out_waived:
+        out = None
     args = {"x": x, "w": w, "out": out}
     if kind == "x_dtype":
         args["x"] = x.half()
@@ -282,7 +316,11 @@ def _one_bad_call(ctx: RankContext, impl, case: Case, kind: str) -> CheckResult:
         expected = (kerr.ShapeError, kerr.LayoutError)
     elif kind == "x_device":
         args["x"] = x.to("meta") if dev.type == "cpu" else x.cpu()
-    watched = {"out": args["out"], "w": w, **impl.state_tensors()}
+    if waiver(impl, "typed_errors"):
+        expected = Exception  # any clear error will do; accepting the call or changing state still fails
+    watched = {"w": w, **impl.state_tensors()}
+    if args["out"] is not None:
+        watched["out"] = args["out"]
     if args["x"].device.type != "meta":
         watched["x"] = args["x"]
     res = rejected_cleanly(lambda: impl(args["x"], args["w"], out=args["out"]), expected, watched, rank=r,
@@ -299,7 +337,7 @@ def _graph(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     r, W = ctx.rank, ctx.world_size
     if ctx.device.type != "cuda":
         return [skipped("graph_replay", f"topology {ctx.topology} has no CUDA graphs", rank=r)]
-    waived = getattr(impl, "waived_clauses", {}).get("graph_capture")
+    waived = waiver(impl, "graph_capture")
     if waived:
         return [skipped("graph_replay", f"waived by the implementation: {waived}", rank=r)]
     M = case.ms[0]

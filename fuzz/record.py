@@ -31,6 +31,7 @@ def record(report: CaseReport, test_id: str = "") -> None:
         "note": report.note,
         "checks": [dict(c, rank=r) for r, c in report.checks()],
         "rank_optimize": {str(r): m.get("optimize") for r, m in report.ranks.items()},
+        "errors": {str(r): m["error"] for r, m in report.ranks.items() if m.get("error")},
         "repro": report.repro(),
     }
     with open(os.path.join(root, f"cases-{worker}.jsonl"), "a") as f:

@@ -46,6 +46,7 @@ class UnfusedGemmRs(GemmRsImplementation):
             )
         if not collectives.is_capturable(group, self.device):
             self.waived_clauses = {
+                **type(self).waived_clauses,
                 "graph_capture": f"unfused over {collectives.backend_of(group)} on {self.device.type} "
                 "stages through the host; not capturable",
             }

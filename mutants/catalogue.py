@@ -551,7 +551,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
-ENGINE_FIXTURES = ("HangOnM", "CrashOnM", "PowerOfTwoGroupsOnly")
+ENGINE_FIXTURES = ("HangOnM", "CrashOnM", "PowerOfTwoGroupsOnly", "AdapterStyleNoOut", "UnalignedMRejected")
 
 
 def spec(name: str) -> MutantSpec:
@@ -559,3 +559,38 @@ def spec(name: str) -> MutantSpec:
         if s.name == name:
             return s
     raise KeyError(f"no mutant {name!r} in the catalogue; one of {[s.name for s in CATALOGUE]}")
+
+
+class AdapterStyleNoOut(UnfusedGemmRs):
+    """Not a bug: an adapter-style implementation that waives out= and typed errors (like PyTorch's
+    async-TP op) and has no capacity bound. The gate must skip those clauses with the reasons and check
+    everything else (engine self-test of waivers)."""
+
+    name = "adapter-style-no-out"
+    waived_clauses = {
+        "out_param": "allocates its own output",
+        "capacity_check": "no capacity bound",
+        "typed_errors": "raises the library's own errors",
+    }
+
+    def validate(self, x, w, out):
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_contiguous():
+            raise RuntimeError("library error: x must be a contiguous 2-D bf16 tensor")
+        if x.device != self.device:
+            raise RuntimeError("library error: wrong device")
+        if x.data_ptr() % 16:
+            raise RuntimeError("library error: misaligned x")
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (self.N, self.K) or w.dtype != torch.bfloat16 \
+                or not w.is_contiguous():
+            raise RuntimeError("library error: bad weight")
+        return int(x.shape[0])
+
+    def _run(self, x, w, out, M):
+        return super()._run(x, w, None, M)
+
+
+class UnalignedMRejected(UnfusedGemmRs):
+    """Not a bug: supports only M divisible by W and says so (``unaligned_m`` waived)."""
+
+    name = "aligned-m-only"
+    waived_clauses = {"unaligned_m": "the op splits M evenly across ranks"}

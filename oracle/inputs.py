@@ -21,6 +21,7 @@ Kinds:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import torch
@@ -60,6 +61,13 @@ def make_inputs(
 
 
 def make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str = "gaussian") -> torch.Tensor:
+    """w_r (N, K) on the CPU, bf16. A fresh tensor each call (callers may write into it); the values are
+    generated once per argument tuple and cached: the truth rebuilds every rank's w for every call."""
+    return _make_w_cached(seed, rank, N, K, world_size, kind).clone()
+
+
+@functools.lru_cache(maxsize=16)
+def _make_w_cached(seed: int, rank: int, N: int, K: int, world_size: int, kind: str) -> torch.Tensor:
     _check_kind(kind)
     gw = _gen(seed, rank, "w")
     if kind == "zeros":

@@ -39,3 +39,33 @@ def test_every_family_runs_every_property_on_cpu():
     assert bads == set(BAD_CALLS) | set(CAPACITY_BADS)
     # On CPU the graph family is reported as skipped, with its reason, never as passed.
     assert graph.status == "skipped" and "CUDA graphs" in graph.note
+
+
+def test_waived_clauses_are_skipped_with_their_reason_and_the_rest_is_checked():
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:AdapterStyleNoOut", world_size=2))
+    base = dict(seed=4, N=64, K=64, max_M=512)
+    try:
+        compute = pool.run(Case("compute", ms=[129, 5], kind="exact", **base))
+        capacity = pool.run(Case("capacity", ms=[5], bad="over", **base))
+        bad = pool.run(Case("bad_call", ms=[9], bad="all", **base))
+    finally:
+        pool.close()
+    assert compute.passed, compute.render()
+    skipped = {c["name"]: c["detail"] for c in compute.skipped_checks()}
+    assert "allocates its own output" in skipped["padded_rows_untouched"]
+    assert "allocates its own output" in skipped["returns_out"]
+    assert {"within_tolerance", "bitwise_equal", "repeatable", "fresh_per_call"} <= compute.property_names()
+    assert capacity.status == "skipped" and "no capacity bound" in capacity.note
+    assert bad.passed, bad.render()  # library errors accepted as clear errors
+    assert any(c["skipped"] and "out_dtype" in c["detail"] for c in bad.skipped_checks())
+
+
+def test_unaligned_m_waiver_skips_only_the_unaligned_calls():
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:UnalignedMRejected", world_size=2))
+    try:
+        report = pool.run(Case("compute", seed=1, N=64, K=64, max_M=512, ms=[129, 128]))
+    finally:
+        pool.close()
+    assert report.passed, report.render()
+    assert [c["name"] for c in report.skipped_checks()] == ["unaligned_m"] * 2
+    assert {c["extra"]["M"] for _, c in report.checks() if c["name"] == "within_tolerance"} == {128}
