@@ -75,7 +75,11 @@ def main() -> int:
         torch.cuda.set_device(device)
     backend = "nccl" if topology == "multi-gpu" else "gloo"
     dist.init_process_group(backend=backend)
-    ctrl = dist.new_group(backend="gloo") if backend != "gloo" else None
+    # The control plane (verdict all-reduce) is always gloo: a separate group under NCCL (multi-gpu).
+    # GEMM_RS_SEPARATE_CTRL_GROUP=1 builds that separate group on the CPU too, so the multi-gpu wiring
+    # is exercised where NCCL cannot run (tests/engine/test_topology.py).
+    separate = backend != "gloo" or os.environ.get("GEMM_RS_SEPARATE_CTRL_GROUP") == "1"
+    ctrl = dist.new_group(backend="gloo") if separate else None
     try:
         impl_factory = load_implementation(os.environ["GEMM_RS_IMPL"])
         load_error = None

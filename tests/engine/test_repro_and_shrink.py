@@ -22,7 +22,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def broken_pool():
-    pool = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=2))
+    # the pool runs at the driver's optimize level, as the gate's pools do, so the REPRO line says -O
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=2, optimize=sys.flags.optimize))
     yield pool
     pool.close()
 
@@ -43,7 +44,7 @@ def test_repro_line_reproduces_the_failure(broken_pool):
     report = broken_pool.run(Case("compute", seed=0, N=64, K=64, max_M=512, ms=[3]))
     assert report.status == "failed"
     line = report.repro()
-    assert line.startswith("python -m fuzz.repro ")
+    assert line.startswith("python -O -m fuzz.repro " if sys.flags.optimize else "python -m fuzz.repro ")
     argv = shlex.split(line)
     argv[0] = sys.executable
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=180,
@@ -55,9 +56,7 @@ def test_repro_line_reproduces_the_failure(broken_pool):
 
 def test_repro_of_a_passing_case_exits_zero():
     case = Case("compute", seed=5, N=64, K=64, max_M=512, ms=[3, 100], kind="exact")
-    argv = shlex.split(RankPool(PoolSpec()).spec and f"python -m fuzz.repro --world-size 2 --case "
-                       f"{shlex.quote(case.to_json())}")
-    argv[0] = sys.executable
+    argv = [sys.executable, "-m", "fuzz.repro", "--world-size", "2", "--case", case.to_json()]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=180,
                           env={**os.environ, "PYTHONPATH": REPO})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -69,3 +69,26 @@ def test_gate_matrix_per_host(monkeypatch):
     assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "multi-gpu"} == {2}
     assert fc.gate_matrix(Cfg(**{"--impl": "unfused", "--topology": "cpu", "--world-sizes": "2,3"})) == [
         ("unfused", "cpu", 2), ("unfused", "cpu", 3)]
+
+
+@pytest.mark.multiproc
+def test_separate_control_group_wiring_on_cpu():
+    """multi-gpu ranks agree on verdicts over a separate gloo group (NCCL carries the data); the same
+    wiring runs here with gloo standing in for NCCL."""
+    from fuzz.case import Case, PoolSpec
+    from fuzz.pool import RankPool
+
+    pool = RankPool(PoolSpec(impl="unfused", world_size=3), extra_env={"GEMM_RS_SEPARATE_CTRL_GROUP": "1"})
+    try:
+        ok = pool.run(Case("compute", seed=2, N=64, K=64, max_M=256, ms=[7, 129], kind="exact"))
+        assert ok.passed, ok.render()
+        bad = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=3),
+                       extra_env={"GEMM_RS_SEPARATE_CTRL_GROUP": "1"})
+        try:
+            failed = bad.run(Case("compute", seed=2, N=64, K=64, max_M=256, ms=[7]))
+        finally:
+            bad.close()
+        assert failed.status == "failed"
+        assert all(m["group_failed"] for m in failed.ranks.values())  # every rank learned the verdict
+    finally:
+        pool.close()
