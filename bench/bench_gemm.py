@@ -19,6 +19,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _timing import graph_samples  # noqa: E402
 
 from kernel.fused import FusedGemmRs  # noqa: E402
 from kernel.fused.compile import compile_stats  # noqa: E402
@@ -44,29 +47,7 @@ def check(impl, M, N, K) -> tuple[str, float]:
 
 def time_graph(fn_list) -> float:
     """Median seconds per call of a graph that runs every closure in fn_list once."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fn_list:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for f in fn_list:
-            f()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(TRIALS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / len(fn_list))
-    return statistics.median(times)
+    return statistics.median(graph_samples(torch, fn_list, TRIALS))
 
 
 def bench_one(impl, M, N, K, dev) -> tuple[float, float]:

@@ -29,6 +29,9 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _timing import graph_samples  # noqa: E402
 
 L2_BYTES = 60 * 2**20
 SHARED_NOTE = ("shared-gpu: the W ranks time-slice one GPU, so fused-vs-unfused timings are meaningless "
@@ -178,35 +181,6 @@ def main() -> int:  # noqa: C901 — a linear script
     fused.close()
     dist.destroy_process_group()
     return 0
-
-
-def graph_samples(torch, calls, samples: int, before_each=None) -> list[float]:
-    """Capture ``calls`` as one CUDA graph (after a warm-up outside capture); return ``samples`` timings
-    of one replay, per call, in seconds. ``before_each`` (a barrier) runs before every timed replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    graph.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        if before_each is not None:
-            before_each()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / 1e3 / len(calls))
-    return out
 
 
 if __name__ == "__main__":

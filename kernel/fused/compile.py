@@ -69,16 +69,20 @@ _HITS = 0
 
 def get_compiled(N: int, K: int, config: GemmConfig | None = None, arch: str = DEFAULT_ARCH) -> CompiledGemm:
     """The compiled kernel for (N, K, config, arch): compiled on first request, then served from cache."""
+    return _cached(_CACHE, CompileKey(int(N), int(K), config or GemmConfig(), arch), _compile)
+
+
+def _cached(cache: dict, key, compile_fn):
+    """One compile per key, whatever the thread; hits and misses counted for ``compile_stats``."""
     global _MISSES, _HITS
-    key = CompileKey(int(N), int(K), config or GemmConfig(), arch)
     with _LOCK:
-        hit = _CACHE.get(key)
+        hit = cache.get(key)
         if hit is not None:
             _HITS += 1
             return hit
         _MISSES += 1
-        compiled = _compile(key)
-        _CACHE[key] = compiled
+        compiled = compile_fn(key)
+        cache[key] = compiled
         return compiled
 
 
@@ -171,18 +175,9 @@ _RS_CACHE: dict[RsCompileKey, CompiledGemmRs] = {}
 def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, rank: int,
                     arch: str = DEFAULT_ARCH, spin_timeout_s: float = 60.0) -> CompiledGemmRs:
     """The compiled fused GEMM + reduce-scatter for this key (compiled on first request)."""
-    global _MISSES, _HITS
     key = RsCompileKey(int(N), int(K), config or GemmConfig(), int(world_size), int(rank), arch,
                        float(spin_timeout_s))
-    with _LOCK:
-        hit = _RS_CACHE.get(key)
-        if hit is not None:
-            _HITS += 1
-            return hit
-        _MISSES += 1
-        compiled = _compile_rs(key)
-        _RS_CACHE[key] = compiled
-        return compiled
+    return _cached(_RS_CACHE, key, _compile_rs)
 
 
 def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
