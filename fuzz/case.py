@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from dataclasses import asdict, dataclass, field
 
 FAMILIES = ("compute", "capacity", "bad_call", "graph")
@@ -105,9 +104,10 @@ class PoolSpec:
     topology: str = "cpu"
     world_size: int = 2
     optimize: int = 0
+    sanitizer: str | None = None  # compute-sanitizer tool the ranks run under (memcheck, racecheck, ...)
 
     def key(self) -> tuple:
-        return (self.impl, self.topology, self.world_size, self.optimize)
+        return (self.impl, self.topology, self.world_size, self.optimize, self.sanitizer)
 
 
 def repro_command(case: Case, spec: PoolSpec) -> str:
@@ -116,8 +116,5 @@ def repro_command(case: Case, spec: PoolSpec) -> str:
     return (
         f"{py} -m fuzz.repro --impl {shlex.quote(spec.impl)} --topology {spec.topology} "
         f"--world-size {spec.world_size} --case {shlex.quote(case.to_json())}"
+        + (f" --sanitizer {spec.sanitizer}" if spec.sanitizer else "")
     )
-
-
-def python_flags(optimize: int) -> list[str]:
-    return [sys.executable] + (["-" + "O" * optimize] if optimize else [])

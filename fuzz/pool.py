@@ -155,8 +155,14 @@ class RankPool:
         for f in os.listdir(self.logdir):
             os.unlink(os.path.join(self.logdir, f))
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={self.spec.world_size}", "--max-restarts=0", "--monitor-interval=0.2",
-               "-m", "fuzz.rank_worker"]
+               f"--nproc-per-node={self.spec.world_size}", "--max-restarts=0", "--monitor-interval=0.2"]
+        if self.spec.sanitizer:
+            # each rank: compute-sanitizer (its own log file per process) -> python -m fuzz.rank_worker
+            cmd += ["--no-python", "compute-sanitizer", f"--tool={self.spec.sanitizer}", "--report-api-errors=no",
+                    "--print-limit=50", f"--log-file={os.path.join(self.logdir, 'sanitizer-%p.log')}",
+                    sys.executable, "-u", "-m", "fuzz.rank_worker"]
+        else:
+            cmd += ["-m", "fuzz.rank_worker"]
         self._launcher_log = open(os.path.join(self.logdir, "torchrun.log"), "w")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._launcher_log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, cwd=repo)
@@ -212,7 +218,7 @@ class RankPool:
         for ch in self.chans.values():
             ch.close()
         self.chans = {}
-        groups = [pid for pid in self.rank_pids().values()]
+        groups = [_pgid(pid) for pid in self.rank_pids().values()]  # a rank under a sanitizer is in its group
         if self.proc is not None:
             groups.append(self.proc.pid)
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -357,6 +363,13 @@ class RankPool:
             text = _read_from(os.path.join(self.logdir, name), 0)
             parts.append(f"--- {name} ---\n" + "\n".join(text.splitlines()[-20:]))
         return "\n".join(parts)
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return pid
 
 
 def _size(path: str) -> int:

@@ -21,10 +21,11 @@ def main(argv=None) -> int:
     ap.add_argument("--world-size", type=int, required=True)
     ap.add_argument("--case", required=True, help="the case as JSON (from a REPRO line)")
     ap.add_argument("--deadline", type=float, default=None)
+    ap.add_argument("--sanitizer", default=None, help="run the ranks under compute-sanitizer --tool=THIS")
     args = ap.parse_args(argv)
     case = Case.from_json(args.case)
     spec = PoolSpec(impl=args.impl, topology=args.topology, world_size=args.world_size,
-                    optimize=sys.flags.optimize)
+                    optimize=sys.flags.optimize, sanitizer=args.sanitizer)
     pool = RankPool(spec, gpus=None)
     try:
         report = pool.run(case, deadline=args.deadline)
