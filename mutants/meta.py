@@ -65,6 +65,7 @@ class Target:
     impl: str                       # --impl spec
     world_sizes: tuple[int, ...]
     must: str                       # "fail" (a mutant) or "pass" (the correct implementation)
+    topology: str = "cpu"           # shared-gpu for the fault-injected builds of the fused kernel
 
 
 @dataclass
@@ -89,29 +90,38 @@ class Outcome:
         return self.verdict == ("KILLED" if self.must == "fail" else "PASSED")
 
 
-def targets(only: list[str] | None = None, profile: str = "ci", include_correct: bool = True) -> list[Target]:
-    specs = [s for s in CATALOGUE if not only or s.name in only]
+def targets(only: list[str] | None = None, profile: str = "ci", include_correct: bool = True,
+            gpu: bool = False) -> list[Target]:
+    """The matrix rows. ``gpu``: the fault-injected builds of the fused kernel (mutants.kernel_faults)
+    on the shared-gpu topology, against the correct ``fused`` implementation."""
+    if gpu:
+        from .kernel_faults import GPU_CATALOGUE as catalogue
+
+        correct, topology = "fused", "shared-gpu"
+    else:
+        catalogue, correct, topology = CATALOGUE, CORRECT, "cpu"
+    specs = [s for s in catalogue if not only or s.name in only]
     if only:
-        unknown = sorted(set(only) - {s.name for s in CATALOGUE} - {CORRECT})
+        unknown = sorted(set(only) - {s.name for s in catalogue} - {correct})
         if unknown:
-            raise SystemExit(f"unknown mutant(s) {unknown}; known: {[s.name for s in CATALOGUE]}")
+            raise SystemExit(f"unknown mutant(s) {unknown}; known: {[s.name for s in catalogue]}")
     out = []
     for s in specs:
         if profile == "nightly":  # one run per W: -x would otherwise stop at the first W that kills
-            out += [Target(s.name, s.impl, (w,), "fail")
+            out += [Target(s.name, s.impl, (w,), "fail", topology)
                     for w in sorted(set(s.world_sizes) | set(NIGHTLY_WORLD_SIZES))]
         else:
-            out.append(Target(s.name, s.impl, s.world_sizes, "fail"))
-    if include_correct and (not only or CORRECT in only or specs):
+            out.append(Target(s.name, s.impl, s.world_sizes, "fail", topology))
+    if include_correct and (not only or correct in only or specs):
         ws = tuple(sorted({w for t in out for w in t.world_sizes} or {2}))
-        out.insert(0, Target(f"{CORRECT} (correct)", CORRECT, ws, "pass"))
+        out.insert(0, Target(f"{correct} (correct)", correct, ws, "pass", topology))
     return out
 
 
 def command(target: Target, optimize: int) -> list[str]:
     py = [sys.executable] + (["-O"] if optimize else [])
     return py + ["-m", "pytest", "fuzz/", "-x", "-q", "--impl", target.impl,
-                 "--world-sizes", ",".join(str(w) for w in target.world_sizes), "--topology", "cpu",
+                 "--world-sizes", ",".join(str(w) for w in target.world_sizes), "--topology", target.topology,
                  "-p", "no:cacheprovider", "-p", "mutants.stop_at_first_failure"]
 
 
@@ -291,11 +301,13 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
     ap.add_argument("--no-correct", action="store_true", help="skip the run on the correct implementation")
     ap.add_argument("--json", default=None, help="also write the outcomes as JSON to this path")
+    ap.add_argument("--gpu", action="store_true",
+                    help="the fault-injected builds of the fused kernel on shared-gpu (needs a Hopper GPU)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupted)  # a stopped runner stops its kill runs too
     levels = (0, 1) if args.optimize == "both" else (int(args.optimize),)
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
-    tgts = targets(only, args.profile, include_correct=not args.no_correct)
+    tgts = targets(only, args.profile, include_correct=not args.no_correct, gpu=args.gpu)
     t0 = time.perf_counter()
 
     def progress(o: Outcome) -> None:

@@ -135,6 +135,7 @@ class RsCompileKey:
     rank: int
     arch: str = DEFAULT_ARCH
     spin_timeout_s: float = 60.0
+    faults: frozenset = frozenset()  # fault-injected build (kernel.fused.wrapper.KERNEL_FAULTS); empty: real
 
 
 @dataclass
@@ -173,10 +174,15 @@ _RS_CACHE: dict[RsCompileKey, CompiledGemmRs] = {}
 
 
 def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, rank: int,
-                    arch: str = DEFAULT_ARCH, spin_timeout_s: float = 60.0) -> CompiledGemmRs:
-    """The compiled fused GEMM + reduce-scatter for this key (compiled on first request)."""
+                    arch: str = DEFAULT_ARCH, spin_timeout_s: float = 60.0, faults=()) -> CompiledGemmRs:
+    """The compiled fused GEMM + reduce-scatter for this key (compiled on first request).
+
+    ``faults``: names of planted bugs (:data:`kernel.fused.wrapper.KERNEL_FAULTS`), part of the key;
+    unknown names raise ``ValueError``. Empty (the default) is the real kernel."""
+    from .wrapper import normalize_faults
+
     key = RsCompileKey(int(N), int(K), config or GemmConfig(), int(world_size), int(rank), arch,
-                       float(spin_timeout_s))
+                       float(spin_timeout_s), normalize_faults(faults))
     return _cached(_RS_CACHE, key, _compile_rs)
 
 
@@ -188,7 +194,8 @@ def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
 
     from .gemm_rs import HopperGemmRsBF16
 
-    kern = HopperGemmRsBF16(key.N, key.K, key.config, key.world_size, key.rank, key.spin_timeout_s)
+    kern = HopperGemmRsBF16(key.N, key.K, key.config, key.world_size, key.rank, key.spin_timeout_s,
+                            faults=key.faults)
     gmem = cute.AddressSpace.gmem
 
     def dummy(dtype):

@@ -73,6 +73,19 @@ Memory ordering summary: data written by TMA (async proxy) -> wait_group 0 + pro
 st.release.sys (flag) -> ld.acquire.sys + bar.sync -> ld.global peer loads; reads finished ->
 bar.sync + atom.acq_rel.gpu -> st.release.sys (done) -> ld.acquire.sys + proxy fence -> TMA overwrite.
 No ``multimem.*`` instruction, no multicast object.
+
+Fault-injected builds (release gate, mutation meta-test). ``faults`` (names from
+:data:`kernel.fused.wrapper.KERNEL_FAULTS`, part of the compile-cache key) plants one real bug class
+per name through ``cutlass.const_expr`` branches: with no fault the traced code is exactly the code
+above, so the default build's PTX is byte-identical to a build without the switches (pinned by
+``tests/kernel/test_fault_builds.py``). ``dropped_peer``: the reduction adds partials 0..W-2 only.
+``relaxed_signal``: the ready flag is raised ``st.relaxed.sys`` right after the TMA stores are
+issued (no ``wait_group 0``, no proxy fence): the flag can be seen before the partial.
+``stale_epoch``: the epoch word is never written, so every call is epoch 1 and the previous call's
+``ready``/``done`` words satisfy this call's waits. ``write_past_capacity``: CTA 0 also stores a zero
+row at partial row ``W*S``, one past the padded partial (in guard A when ``S`` is ``S_max``).
+``padding_written``: out's padding rows (``r*S + i >= M``) are stored (zeros).
+``wrong_owner``: rank r reduces the shard of owner ``(r+1) % W`` (waiting on that owner's flags).
 """
 
 from __future__ import annotations
@@ -81,12 +94,13 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass import Int32, Int64
+from cutlass import Float32, Int32, Int64
 from cutlass.memory import SmemAllocator
 
 from . import ptx
 from .gemm import GemmConfig, HopperGemmBF16
 from .workspace import DONE_BASE, EPOCH_WORD, FINISHED_WORD, READY_BASE
+from .wrapper import normalize_faults
 
 SPIN_SLEEP_NS = 64
 
@@ -98,7 +112,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
     ``flags[p]`` are rank p's symmetric partial buffer and flag area (peer pointers)."""
 
     def __init__(self, N: int, K: int, config: GemmConfig, world_size: int, rank: int,
-                 spin_timeout_s: float = 60.0):
+                 spin_timeout_s: float = 60.0, faults=()):
         super().__init__(N, K, config)
         if not 2 <= world_size <= DONE_BASE:
             raise ValueError(f"world_size must be in 2..{DONE_BASE}, got {world_size}")
@@ -107,6 +121,10 @@ class HopperGemmRsBF16(HopperGemmBF16):
         self.world_size, self.rank = int(world_size), int(rank)
         self.spin_timeout_ns = int(spin_timeout_s * 1e9)
         self.vec_per_row = config.tile_n // 8  # 16-byte vectors in a tile row
+        # Fault-injected build (module docstring); every switch is a trace-time constant.
+        self.faults = normalize_faults(faults)
+        self.peers_summed = self.world_size - 1 if "dropped_peer" in self.faults else self.world_size
+        self.reduce_owner = (self.rank + 1) % self.world_size if "wrong_owner" in self.faults else self.rank
 
     # --- host side --------------------------------------------------------------------------------
     @cute.jit
@@ -232,7 +250,10 @@ class HopperGemmRsBF16(HopperGemmBF16):
         word = Int64(READY_BASE) + Int64(self.rank) * Int64(slots) + Int64(slot)
         for o in cutlass.range_constexpr(self.world_size):
             if owner_lo <= o and o <= owner_hi:
-                ptx.st_release_sys_u32(flag_ptrs[o].toint() + word * 4, epoch)
+                if cutlass.const_expr("relaxed_signal" in self.faults):
+                    ptx.st_relaxed_sys_u32(flag_ptrs[o].toint() + word * 4, epoch)
+                else:
+                    ptx.st_release_sys_u32(flag_ptrs[o].toint() + word * 4, epoch)
 
     # --- device side: the kernel ------------------------------------------------------------------
     @cute.kernel
@@ -410,8 +431,9 @@ class HopperGemmRsBF16(HopperGemmBF16):
                 )
                 # The partial tile is in global memory before its owners are told so.
                 if warp_idx == self.epi_store_warp_id:
-                    cute.arch.cp_async_bulk_wait_group(0, read=False)
-                    cute.arch.fence_proxy("async.global")
+                    if cutlass.const_expr("relaxed_signal" not in self.faults):
+                        cute.arch.cp_async_bulk_wait_group(0, read=False)
+                        cute.arch.fence_proxy("async.global")
                     cute.arch.sync_warp()
                     if consumer_tidx == 0:
                         self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, epoch)
@@ -420,8 +442,11 @@ class HopperGemmRsBF16(HopperGemmBF16):
             tma_store_pipeline.producer_tail()
 
             # --- reduction of this rank's shard: rows [r*S, min(r*S+S, M)) ---------------------------
-            row_begin = shard * r
+            row_begin = shard * self.reduce_owner  # == shard * r unless wrong_owner
             row_end = cutlass.min(row_begin + shard, m)
+            red_flags = my_flags
+            if cutlass.const_expr(self.reduce_owner != r):
+                red_flags = flag_ptrs[self.reduce_owner].toint()
             if row_begin < row_end:
                 bm, bn = self.tile_shape_mnk[0], self.tile_shape_mnk[1]
                 mt0 = row_begin // bm
@@ -435,7 +460,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
                         rslot = Int64(rm_tile * self.num_n_tiles + rn_tile)
                         for src in cutlass.range_constexpr(W):
                             rword = Int64(READY_BASE) + Int64(src) * Int64(slots) + rslot
-                            self.spin_until_equal(my_flags + rword * 4, epoch)
+                            self.spin_until_equal(red_flags + rword * 4, epoch)
                     self.epilog_barrier.arrive_and_wait()
                     lo = cutlass.max(rm_tile * bm, row_begin)
                     hi = cutlass.min(rm_tile * bm + bm, row_end)
@@ -449,7 +474,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
                             elem = (Int64(row) * Int64(self.N) + Int64(col)) * 2
                             # fixed rank order 0..W-1, fp32: bitwise repeatable
                             acc = ptx.ld_bf16x8_as_f32(partial_ptrs[0].toint() + elem)
-                            for p in cutlass.range_constexpr(1, W):
+                            for p in cutlass.range_constexpr(1, self.peers_summed):
                                 part = ptx.ld_bf16x8_as_f32(partial_ptrs[p].toint() + elem)
                                 for j in cutlass.range_constexpr(8):
                                     acc[j] = acc[j] + part[j]
@@ -457,6 +482,29 @@ class HopperGemmRsBF16(HopperGemmBF16):
                             ptx.st_f32x8_as_bf16(out_base + out_elem, acc)
                         v += self.num_mma_threads
                     unit += gdim
+
+            if cutlass.const_expr("padding_written" in self.faults):
+                # out rows [n_valid, S): the padding rows the contract says stay untouched
+                zeros = [Float32(0.0)] * 8
+                row_vecs = self.N // 8
+                n_valid = cutlass.max(row_end - row_begin, 0)
+                pad_total = (shard - n_valid) * row_vecs
+                pv = bidx * self.num_mma_threads + consumer_tidx
+                while pv < pad_total:
+                    prow = n_valid + pv // row_vecs
+                    pcol = (pv - (pv // row_vecs) * row_vecs) * 8
+                    ptx.st_f32x8_as_bf16(out_ptr.toint() + (Int64(prow) * Int64(self.N) + Int64(pcol)) * 2,
+                                         zeros)
+                    pv += gdim * self.num_mma_threads
+            if cutlass.const_expr("write_past_capacity" in self.faults):
+                # one row past the W*S padded partial rows (== capacity, so guard A, when S == S_max)
+                zeros = [Float32(0.0)] * 8
+                if bidx == 0:
+                    past = Int64(shard * W) * Int64(self.N) * 2 + partial_ptrs[r].toint()
+                    cv = consumer_tidx
+                    while cv < self.N // 8:
+                        ptx.st_f32x8_as_bf16(past + Int64(cv) * 16, zeros)
+                        cv += self.num_mma_threads
 
             # --- call finished: the last CTA publishes done and advances the epoch ------------------
             self.epilog_barrier.arrive_and_wait()
@@ -466,7 +514,8 @@ class HopperGemmRsBF16(HopperGemmBF16):
                     ptx.st_relaxed_gpu_u32(my_flags + Int64(FINISHED_WORD * 4), 0)
                     for p in cutlass.range_constexpr(W):
                         ptx.st_release_sys_u32(flag_ptrs[p].toint() + Int64((DONE_BASE + r) * 4), epoch)
-                    ptx.st_relaxed_gpu_u32(my_flags + Int64(EPOCH_WORD * 4), epoch)
+                    if cutlass.const_expr("stale_epoch" not in self.faults):
+                        ptx.st_relaxed_gpu_u32(my_flags + Int64(EPOCH_WORD * 4), epoch)
 
 
 __all__ = ["HopperGemmRsBF16"]

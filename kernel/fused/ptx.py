@@ -48,6 +48,15 @@ def st_release_sys_u32(addr, value, *, loc=None, ip=None) -> None:
 
 
 @dsl_user_op
+def st_relaxed_sys_u32(addr, value, *, loc=None, ip=None) -> None:
+    """Fault-injected builds only (``relaxed_signal``): a flag raised *without* release semantics."""
+    llvm.inline_asm(
+        None, [_i64(addr, loc, ip), _i32(value, loc, ip)], "st.relaxed.sys.global.u32 [$0], $1;", "l,r",
+        has_side_effects=True, asm_dialect=0, loc=loc, ip=ip,
+    )
+
+
+@dsl_user_op
 def ld_relaxed_gpu_u32(addr, *, loc=None, ip=None) -> Int32:
     return Int32(
         llvm.inline_asm(
@@ -138,6 +147,7 @@ __all__ = [
     "nanosleep",
     "st_f32x8_as_bf16",
     "st_relaxed_gpu_u32",
+    "st_relaxed_sys_u32",
     "st_release_sys_u32",
     "trap",
 ]

@@ -47,6 +47,31 @@ SUPPORTED_CAPABILITY = (9, 0)
 FUSED_WORLD_SIZES = (1, 2, 4, 8)
 SPIN_TIMEOUT_S = 60.0  # a cross-rank wait that long traps (a CUDA error) instead of hanging
 
+#: Fault-injected builds of the W > 1 kernel (compile-time switches, all OFF by default; the default
+#: build's PTX is byte-identical to the build without them). Each plants one real bug class, for the
+#: GPU mutation meta-test (``mutants/kernel_faults.py``); see :class:`kernel.fused.gemm_rs.HopperGemmRsBF16`.
+KERNEL_FAULTS = (
+    "dropped_peer",  # the reduction loads W-1 partials: the last rank's is never added
+    "relaxed_signal",  # ready flag raised st.relaxed.sys right after the TMA store is issued (no wait, no fence)
+    "stale_epoch",  # the epoch word is never advanced: every call is epoch 1, last call's flags satisfy waits
+    "write_past_capacity",  # a row stored at partial row W*S: past the partials (guard A) when S == S_max
+    "padding_written",  # out's padding rows (r*S + i >= M) are written (with zeros)
+    "wrong_owner",  # rank r reduces the shard of (r+1) % W (waits on that owner's ready flags)
+)
+
+
+def normalize_faults(faults) -> frozenset:
+    """``faults`` (names from :data:`KERNEL_FAULTS`; a str is one name) as a frozenset; unknown -> ValueError."""
+    if faults is None:
+        return frozenset()
+    if isinstance(faults, str):
+        faults = (faults,)
+    names = frozenset(faults)
+    unknown = sorted(str(f) for f in names if f not in KERNEL_FAULTS)
+    if unknown:
+        raise ValueError(f"unknown kernel fault(s) {unknown}: known are {list(KERNEL_FAULTS)}")
+    return names
+
 
 def cutlass_available() -> bool:
     """Whether nvidia-cutlass-dsl can be imported (without importing it)."""
@@ -119,6 +144,9 @@ class FusedGemmRs(GemmRsImplementation):
     """The fused CuTe DSL implementation: GEMM at W == 1, GEMM + reduce-scatter at W in (2, 4, 8)."""
 
     name = "fused"
+    #: Fault-injected build (names from :data:`KERNEL_FAULTS`); empty: the real kernel. Subclasses in
+    #: ``mutants/kernel_faults.py`` set it; the ``faults=`` argument overrides it.
+    faults: tuple = ()
 
     def __init__(
         self,
@@ -131,7 +159,10 @@ class FusedGemmRs(GemmRsImplementation):
         force_fused: bool = False,
         config=None,
         small_m_config=None,
+        faults=None,
     ):
+        # Checked first: a misspelt fault must not silently build the real kernel.
+        self._faults = normalize_faults(type(self).faults if faults is None else faults)
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
         self.force_fused = bool(force_fused)
         self._config = config
@@ -224,7 +255,7 @@ class FusedGemmRs(GemmRsImplementation):
             else:
                 W, r = self.world_size, self.rank
                 self._compiled = tuple(
-                    get_compiled_rs(self.N, self.K, c, W, r, spin_timeout_s=SPIN_TIMEOUT_S)
+                    get_compiled_rs(self.N, self.K, c, W, r, spin_timeout_s=SPIN_TIMEOUT_S, faults=self._faults)
                     for c in (large, small)
                 )
         return self._compiled
@@ -285,6 +316,8 @@ class FusedGemmRs(GemmRsImplementation):
     def describe(self) -> dict:
         d = super().describe()
         d.update(fused_ok=self._config_reason is None, reason=self._config_reason or "")
+        if self._faults:
+            d.update(faults=sorted(self._faults))
         if self._compiled is not None:
             d.update(compile_seconds=[c.seconds for c in self._compiled])
         return d

@@ -109,3 +109,15 @@ def test_kill_matrix_nightly(record_property):
     """Nightly profile, W = 2, 3, 4, both optimize levels."""
     outcomes = meta.run_matrix(meta.targets(profile="nightly"), (0, 1), "nightly", jobs=2)
     _check(outcomes, record_property)
+
+
+def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
+    from mutants.kernel_faults import GPU_CATALOGUE
+    from mutants.meta import command, targets
+
+    tgts = targets(gpu=True)
+    assert tgts[0].impl == "fused" and tgts[0].must == "pass"
+    assert {t.impl for t in tgts[1:]} == {s.impl for s in GPU_CATALOGUE}
+    assert all(t.topology == "shared-gpu" for t in tgts)
+    cmd = command(tgts[1], 1)
+    assert cmd[cmd.index("--topology") + 1] == "shared-gpu" and "-O" in cmd

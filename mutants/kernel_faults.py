@@ -1,0 +1,117 @@
+"""Fault-injected builds of the fused CuTe DSL kernel: one real bug class planted per class, for the GPU
+mutation meta-test (each must be killed by the suite on a Hopper GPU, W > 1).
+
+Each class is :class:`kernel.fused.FusedGemmRs` compiled with one compile-time switch of
+:data:`kernel.fused.wrapper.KERNEL_FAULTS` on (the switches are described in the design record,
+``kernel/fused/gemm_rs.py``); loadable as ``--impl mutants.kernel_faults:NAME``. The fused path is
+forced (``force_fused=True`` by default): a faulted build that silently fell back to the unfused
+implementation would "survive" for the wrong reason, so where the kernel cannot run the call raises
+:class:`kernel.errors.FusedPathUnavailable` instead. At W == 1 (plain GEMM, no cross-rank protocol)
+the switches have no effect: run these at W >= 2.
+
+Needs only torch to import (the kernel is compiled at construction, on a GPU machine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernel.fused.wrapper import KERNEL_FAULTS, FusedGemmRs
+
+
+class _FaultedFused(FusedGemmRs):
+    """A fused kernel with ``faults`` planted; the fused path is forced unless told otherwise."""
+
+    def __init__(self, group=None, *, force_fused: bool = True, **kwargs):
+        super().__init__(group, force_fused=force_fused, **kwargs)
+
+
+class FusedDroppedPeer(_FaultedFused):
+    name = "fused-fault-dropped-peer"
+    faults = ("dropped_peer",)
+
+
+class FusedRelaxedSignal(_FaultedFused):
+    name = "fused-fault-relaxed-signal"
+    faults = ("relaxed_signal",)
+
+
+class FusedStaleEpoch(_FaultedFused):
+    name = "fused-fault-stale-epoch"
+    faults = ("stale_epoch",)
+
+
+class FusedWritePastCapacity(_FaultedFused):
+    name = "fused-fault-write-past-capacity"
+    faults = ("write_past_capacity",)
+
+
+class FusedPaddingWritten(_FaultedFused):
+    name = "fused-fault-padding-written"
+    faults = ("padding_written",)
+
+
+class FusedWrongOwner(_FaultedFused):
+    name = "fused-fault-wrong-owner"
+    faults = ("wrong_owner",)
+
+
+@dataclass(frozen=True)
+class GpuMutantSpec:
+    """One row of the GPU kill matrix: the class, its fault switch, the bug class it models, the world
+    sizes to run it at, and the property expected to catch it (documentation; any failure kills)."""
+
+    name: str
+    fault: str
+    bug_class: str
+    expected: str
+    world_sizes: tuple[int, ...] = (2,)
+
+    @property
+    def impl(self) -> str:
+        return f"mutants.kernel_faults:{self.name}"
+
+
+GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
+    GpuMutantSpec("FusedDroppedPeer", "dropped_peer",
+                  "dropped rank: the reduction sums W-1 partials (rank W-1's is never added)",
+                  "within_tolerance / bitwise_equal (exact mode)"),
+    GpuMutantSpec("FusedRelaxedSignal", "relaxed_signal",
+                  "signal before data: ready flag raised relaxed, before the partial's TMA store completed",
+                  "within_tolerance (reducer reads a stale/unwritten partial; flaky by nature, run repeats)"),
+    GpuMutantSpec("FusedStaleEpoch", "stale_epoch",
+                  "stale epoch: the previous call's flags satisfy this call's waits",
+                  "fresh_per_call / inputs_changed_in_place / alternation (2nd call onwards)"),
+    GpuMutantSpec("FusedWritePastCapacity", "write_past_capacity",
+                  "write past capacity: one row stored past the padded partial rows (guard A at S == S_max)",
+                  "guard_regions_untouched (after partials; needs a call with ceil(M/W) == ceil(max_M/W))"),
+    GpuMutantSpec("FusedPaddingWritten", "padding_written",
+                  "padding rows written: out rows r*S+i >= M are stored (zeros)",
+                  "padded_rows_untouched (M % W != 0)"),
+    GpuMutantSpec("FusedWrongOwner", "wrong_owner",
+                  "wrong owner: rank r reduces and returns the shard of rank (r+1) % W",
+                  "within_tolerance / bitwise_equal (exact mode); padded_rows_untouched at tiny M"),
+)
+
+if {s.fault for s in GPU_CATALOGUE} != set(KERNEL_FAULTS):  # keep the matrix and the switches in step
+    raise RuntimeError("GPU_CATALOGUE does not cover kernel.fused.wrapper.KERNEL_FAULTS one-to-one")
+
+
+def spec(name: str) -> GpuMutantSpec:
+    for s in GPU_CATALOGUE:
+        if s.name == name:
+            return s
+    raise KeyError(f"no GPU mutant {name!r}; one of {[s.name for s in GPU_CATALOGUE]}")
+
+
+__all__ = [
+    "GPU_CATALOGUE",
+    "FusedDroppedPeer",
+    "FusedPaddingWritten",
+    "FusedRelaxedSignal",
+    "FusedStaleEpoch",
+    "FusedWritePastCapacity",
+    "FusedWrongOwner",
+    "GpuMutantSpec",
+    "spec",
+]
