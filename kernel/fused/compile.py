@@ -98,23 +98,24 @@ def _compile(key: CompileKey) -> CompiledGemm:
     def dummy_ptr():
         return make_ptr(cutlass.BFloat16, 1 << 20, gmem, assumed_align=16)
 
+    args = (dummy_ptr(), dummy_ptr(), dummy_ptr(), cutlass.Int32(1), cuda.CUstream(0))
+    fn, seconds, ptx = _compile_keeping_ptx(gemm, args, key.arch)
+    return CompiledGemm(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=gemm.ab_stage)
+
+
+def _compile_keeping_ptx(kernel, args: tuple, arch: str):
+    """``cute.compile`` for ``arch`` (no GPU needed), timed, with its PTX kept: (fn, seconds, ptx)."""
+    import cutlass.cute as cute
+
     dump_dir = tempfile.mkdtemp(prefix="fused_gemm_ptx_")
     try:
         t0 = time.perf_counter()
-        fn = cute.compile(
-            gemm,
-            dummy_ptr(),
-            dummy_ptr(),
-            dummy_ptr(),
-            cutlass.Int32(1),
-            cuda.CUstream(0),
-            options=f"--gpu-arch {key.arch} --keep-ptx --dump-dir {dump_dir}",
-        )
+        fn = cute.compile(kernel, *args, options=f"--gpu-arch {arch} --keep-ptx --dump-dir {dump_dir}")
         seconds = time.perf_counter() - t0
         ptx = _read_ptx(fn)
     finally:
         shutil.rmtree(dump_dir, ignore_errors=True)
-    return CompiledGemm(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=gemm.ab_stage)
+    return fn, seconds, ptx
 
 
 def _read_ptx(fn) -> str:
@@ -202,25 +203,17 @@ def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
         return make_ptr(dtype, 1 << 20, gmem, assumed_align=16)
 
     W = key.world_size
-    dump_dir = tempfile.mkdtemp(prefix="fused_gemm_rs_ptx_")
-    try:
-        t0 = time.perf_counter()
-        fn = cute.compile(
-            kern,
-            dummy(cutlass.BFloat16),
-            dummy(cutlass.BFloat16),
-            dummy(cutlass.BFloat16),
-            [dummy(cutlass.BFloat16) for _ in range(W)],
-            [dummy(cutlass.Int32) for _ in range(W)],
-            cutlass.Int32(1),
-            cutlass.Int32(1),
-            cuda.CUstream(0),
-            options=f"--gpu-arch {key.arch} --keep-ptx --dump-dir {dump_dir}",
-        )
-        seconds = time.perf_counter() - t0
-        ptx = _read_ptx(fn)
-    finally:
-        shutil.rmtree(dump_dir, ignore_errors=True)
+    args = (
+        dummy(cutlass.BFloat16),
+        dummy(cutlass.BFloat16),
+        dummy(cutlass.BFloat16),
+        [dummy(cutlass.BFloat16) for _ in range(W)],
+        [dummy(cutlass.Int32) for _ in range(W)],
+        cutlass.Int32(1),
+        cutlass.Int32(1),
+        cuda.CUstream(0),
+    )
+    fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemmRs(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 
 
