@@ -41,7 +41,7 @@ def _count_cases(out_dir: str) -> tuple[int, int]:
 def expected_cases(cmd: list[str], env: dict, root: str) -> int | None:
     """Cases the run will make, from the collected test ids and the examples per test (an estimate:
     a failing test stops early, shrinking adds cases)."""
-    from .settings import WEIGHTS
+    from .settings import WEIGHTS, examples_for
 
     collect = [a for a in cmd if not a.startswith("--junitxml") and a != "-q"]
     if "-n" in collect:
@@ -50,26 +50,13 @@ def expected_cases(cmd: list[str], env: dict, root: str) -> int | None:
     proc = subprocess.run(collect + ["--collect-only", "-q"], env=env, cwd=root, capture_output=True, text=True)
     if proc.returncode not in (0, 5):
         return None
-    saved = os.environ.get("GEMM_RS_EXAMPLES"), os.environ.get("HYPOTHESIS_PROFILE")
-    os.environ.update({k: env[k] for k in ("GEMM_RS_EXAMPLES", "HYPOTHESIS_PROFILE") if k in env})
-    try:
-        import importlib
-
-        from . import settings as fs
-
-        importlib.reload(fs)
-        total = 0
-        for line in proc.stdout.splitlines():
-            name = line.split("::")[-1].split("[")[0] if "::" in line else ""
-            if name in WEIGHTS:
-                total += fs.examples(name)
-        return total or None
-    finally:
-        for key, val in zip(("GEMM_RS_EXAMPLES", "HYPOTHESIS_PROFILE"), saved):
-            if val is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = val
+    profile, override = env.get("HYPOTHESIS_PROFILE", "ci"), env.get("GEMM_RS_EXAMPLES")
+    total = 0
+    for line in proc.stdout.splitlines():
+        name = line.split("::")[-1].split("[")[0] if "::" in line else ""
+        if name in WEIGHTS:
+            total += examples_for(name, profile, override)
+    return total or None
 
 
 def _progress(out_dir: str, stop: threading.Event, t0: float, every: float, expected: int | None) -> None:

@@ -43,9 +43,12 @@ WEIGHTS = {
 
 
 def examples(test_name: str) -> int:
-    """Examples for a gate test: GEMM_RS_EXAMPLES, else the profile's scaled by the test's weight."""
-    env = os.environ.get("GEMM_RS_EXAMPLES")
-    if env:
-        return int(env)
-    base = settings.get_profile(PROFILE).max_examples
-    return max(1, base * WEIGHTS[test_name] // 25)
+    """Examples for a gate test in this process: GEMM_RS_EXAMPLES, else the profile's by the test's weight."""
+    return examples_for(test_name, PROFILE, os.environ.get("GEMM_RS_EXAMPLES"))
+
+
+def examples_for(test_name: str, profile: str, override: str | None = None) -> int:
+    """Examples a gate test runs under ``profile`` (and an optional GEMM_RS_EXAMPLES value)."""
+    if override:
+        return int(override)
+    return max(1, settings.get_profile(profile).max_examples * WEIGHTS[test_name] // 25)
