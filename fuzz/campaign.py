@@ -28,6 +28,30 @@ PROFILES = {
 }
 
 
+def default_pools_per_gpu(cpus: int | None = None) -> int:
+    """Pools per GPU when nobody says: shared-gpu cases are host-bound (a pool is W processes plus a
+    driver), so a quarter of the cores, between 1 and 4."""
+    return max(1, min(4, (cpus or os.cpu_count() or 1) // 4))
+
+
+def _interrupt(proc: subprocess.Popen, flag: threading.Event, grace_s: float = 30.0) -> None:
+    """Time limit: SIGINT to pytest's whole session (it stops and writes its JUnit XML), SIGKILL after a
+    grace period. Rank pools watch their driver and die with it."""
+    import signal
+
+    flag.set()
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _count_cases(out_dir: str) -> tuple[int, int]:
     done = failed = 0
     for path in glob.glob(os.path.join(out_dir, "cases-*.jsonl")):
@@ -84,6 +108,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="report directory (default reports/<UTC stamp>)")
     ap.add_argument("--jobs", default=os.environ.get("GEMM_RS_JOBS", "auto"))
     ap.add_argument("--progress-every", type=float, default=15.0)
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="seconds; then pytest is interrupted, the report is still written and the verdict is FAIL")
+    ap.add_argument("--pools-per-gpu", type=int, default=None,
+                    help="shared-gpu rank pools time-slicing one GPU at once (default: GEMM_RS_POOLS_PER_GPU, "
+                         "else a quarter of the CPU cores, 1 to 4)")
     args, extra = ap.parse_known_args(argv)
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,29 +122,45 @@ def main(argv=None) -> int:
     env = dict(os.environ, PYTHONOPTIMIZE="1", HYPOTHESIS_PROFILE=hyp_profile, GEMM_RS_REPORT_DIR=out_dir)
     if examples:
         env["GEMM_RS_EXAMPLES"] = examples
+    env["GEMM_RS_POOLS_PER_GPU"] = str(args.pools_per_gpu or env.get("GEMM_RS_POOLS_PER_GPU")
+                                       or default_pools_per_gpu())
     cmd = [sys.executable, "-m", "pytest", os.path.join(root, "fuzz"), "-q", "-n", str(args.jobs),
            "-p", "no:cacheprovider", "-rs", f"--junitxml={os.path.join(out_dir, 'junit.xml')}"]
     for opt, val in (("--impl", args.impl), ("--world-sizes", args.world_sizes), ("--topology", args.topology)):
         if val:
             cmd += [opt, val]
     cmd += extra
-    print(f"[gate] profile {args.profile}; report in {out_dir}\n[gate] {' '.join(cmd)}", flush=True)
+    print(f"[gate] profile {args.profile}; report in {out_dir}; {env['GEMM_RS_POOLS_PER_GPU']} pool(s) per GPU\n"
+          f"[gate] {' '.join(cmd)}", flush=True)
     expected = expected_cases(cmd, env, root)
     t0 = time.time()
     stop = threading.Event()
     ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every, expected), daemon=True)
     ticker.start()
+    timed_out = threading.Event()
     with open(os.path.join(out_dir, "pytest.log"), "w") as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        limit = None
+        if args.time_limit:
+            limit = threading.Timer(args.time_limit, _interrupt, args=(proc, timed_out))
+            limit.daemon = True
+            limit.start()
         for line in proc.stdout:
             log.write(line)
             if line.startswith(("FAILED", "ERROR", "SKIPPED", "=")) or "REPRO:" in line:
                 print(line, end="", flush=True)
         rc = proc.wait()
+        if limit is not None:
+            limit.cancel()
     stop.set()
+    if timed_out.is_set():
+        print(f"[gate] time limit of {args.time_limit:.0f}s reached: pytest was interrupted; the report covers the "
+              f"cases run so far and the verdict is FAIL", flush=True)
     from .summary import summarise
 
-    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=args.profile)
+    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=args.profile,
+                        interrupted=f"time limit of {args.time_limit:.0f}s reached" if timed_out.is_set() else None)
     print(summary["markdown"])
     return 0 if summary["verdict"] == "PASS" else 1
 

@@ -10,12 +10,14 @@ import pytest
 
 from fuzz.case import PoolSpec
 from fuzz.pool import RankPool
-from fuzz.topology import available_topologies, gpu_count, lease_gpus
+from fuzz.topology import available_topologies, gpu_count, lease_gpus, pools_per_gpu
 
 LEASE_WAIT_S = float(os.environ.get("GEMM_RS_GPU_LEASE_WAIT", "1800"))
 
 _POOLS: dict[tuple, RankPool] = {}
 _LEASES: dict[str, object] = {}
+#: shared-gpu (impl, W) -> its place (GPU slot) number, set at collection
+_PLACE: dict[tuple[str, int], int] = {}
 
 
 def _csv(value):
@@ -56,16 +58,23 @@ def pytest_generate_tests(metafunc):
 
 def pytest_collection_modifyitems(config, items):
     """With xdist's ``--dist loadgroup`` (pyproject addopts), every test of one GPU pool runs on one
-    worker: GPU k's shared-gpu combinations form group ``gpu-k``; multi-gpu ones group ``multi-gpu``;
-    cpu-topology tests spread freely. Workers then lease disjoint GPUs (fuzz/topology.py)."""
-    n_gpus = max(1, gpu_count())
+    worker: shared-gpu combinations are dealt, largest W first, over the host's GPU places (GPUs x
+    GEMM_RS_POOLS_PER_GPU) and form group ``gpu-<place>``; multi-gpu ones group ``multi-gpu``; cpu-topology
+    tests spread freely. Workers then lease disjoint places (fuzz/topology.py)."""
+    places = max(1, gpu_count()) * pools_per_gpu()
+    shared = sorted({(c.params["gate"][0], c.params["gate"][2]) for c in
+                     (getattr(i, "callspec", None) for i in items)
+                     if c is not None and "gate" in c.params and c.params["gate"][1] == "shared-gpu"},
+                    key=lambda iw: (-iw[1], iw[0]))
+    _PLACE.clear()
+    _PLACE.update({iw: n % places for n, iw in enumerate(shared)})
     for item in items:
         callspec = getattr(item, "callspec", None)
         gate = callspec.params.get("gate") if callspec else None
         if not gate or gate[1] == "cpu":
             continue
         impl, topology, world_size = gate
-        group = "multi-gpu" if topology == "multi-gpu" else f"gpu-{world_size % n_gpus}"
+        group = "multi-gpu" if topology == "multi-gpu" else f"gpu-{_PLACE[(impl, world_size)]}"
         item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -79,8 +88,10 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
             need = 1 if topology == "shared-gpu" else world_size
             if need > gpu_count():
                 pytest.skip(f"{topology} at W={world_size} needs {need} GPU(s); this host has {gpu_count()}")
-            prefer = world_size % max(1, gpu_count()) if topology == "shared-gpu" else 0
-            lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(need, wait_s=LEASE_WAIT_S, prefer=prefer)
+            shared = topology == "shared-gpu"
+            prefer = _PLACE.get((impl, world_size), world_size) if shared else 0
+            lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(
+                need, wait_s=LEASE_WAIT_S, prefer=prefer, slots=pools_per_gpu() if shared else 1)
             if lease is None:
                 pytest.fail(f"no {need} free GPU(s) for {topology} within {LEASE_WAIT_S:.0f}s "
                             f"(held by another run on this host?)")

@@ -108,7 +108,7 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
         return [CheckResult("case_family", passed=False, rank=ctx.rank, detail=f"unknown family {case.family!r}")]
     waived = []
     reason = waiver(impl, "out_param")
-    if reason and case.out == "guarded" and case.family in ("compute", "capacity"):
+    if reason and case.out == "guarded" and case.family in ("compute", "capacity", "graph"):
         # No out= to check: run the case with out=None and report the out= clauses as skipped.
         case = dataclasses.replace(case, out="none")
         waived = [skipped(name, f"waived by the implementation: {reason}", rank=ctx.rank)
@@ -193,7 +193,7 @@ def _compute(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
         seed = case.seed + i
         if unaligned_waived and M % ctx.world_size:
             checks.append(skipped("unaligned_m", f"M={M} is not a multiple of W={ctx.world_size}; waived by the "
-                                  f"implementation: {unaligned_waived}", rank=r))
+                                  f"implementation: {unaligned_waived}", rank=r, per_example=True))
             continue
         call_checks, y, (x, w, S, n_valid, row0) = _call_checked(ctx, impl, case, M, seed, tag=f"call{i}",
                                                                  late=True, kind=kind)
@@ -259,7 +259,7 @@ def _capacity(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     if case.bad == "zero":
         x = torch.empty(0, case.K, dtype=torch.bfloat16, device=ctx.device)
     elif case.bad == "over":
-        x = ctx.x(case, case.seed, case.max_M + 1)
+        x = ctx.x(case, case.seed, aligned_if_waived(impl, case.max_M + 1, W))
     elif case.bad == "huge":
         x = torch.zeros(1, case.K, dtype=torch.bfloat16, device=ctx.device).expand(1 << 40, case.K)
     else:
@@ -274,7 +274,8 @@ def _capacity(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     checks[0].extra["bad"] = case.bad
     ctx.barrier()  # nobody's next call may touch a peer's state before that peer compared it
     # The instance still works after a rejected call.
-    call_checks, _, _ = _call_checked(ctx, impl, case, case.ms[0], case.seed + 1, tag="after_reject", late=False)
+    call_checks, _, _ = _call_checked(ctx, impl, case, aligned_if_waived(impl, case.ms[0], W), case.seed + 1,
+                                      tag="after_reject", late=False)
     return checks + call_checks
 
 
@@ -288,9 +289,33 @@ def _bad_call(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     return [_one_bad_call(ctx, impl, case, case.bad)]
 
 
+#: bad calls whose operands hold the same values as a good call's (only the layout differs): an
+#: implementation that accepts one is a contract violation either way, but a wrong result is worse
+SAME_VALUES = ("x_noncontiguous", "x_misaligned")
+
+
+def _judge_accepted(ctx: RankContext, case: Case, M: int, y, res: CheckResult) -> None:
+    """A bad call that was accepted: say whether its result is right (the layout merely works) or wrong
+    (silent corruption), in the failure's detail and ``extra["accepted_result_correct"]``."""
+    try:
+        verdict = within_tolerance(y, ctx.truth(case, case.seed, M), rank=ctx.rank)
+        ok, why = verdict.passed, verdict.detail
+    except Exception as exc:  # noqa: BLE001 — a result of the wrong shape/type is itself the answer
+        ok, why = False, f"{type(exc).__name__}: {exc}"
+    res.extra["accepted_result_correct"] = ok
+    res.detail += ("; its result is right (the layout works; the contract still says reject)" if ok
+                   else f"; its result is WRONG (silent corruption): {why}")
+
+
+def aligned_if_waived(impl, M: int, W: int) -> int:
+    """M itself, or (for an implementation that waives unaligned M) the next multiple of W: a bad call or
+    a capacity case must be rejected for what it tests, not for an M the implementation does not take."""
+    return M + (-M) % W if waiver(impl, "unaligned_m") else M
+
+
 def _one_bad_call(ctx: RankContext, impl, case: Case, kind: str) -> CheckResult:
     r, W, dev = ctx.rank, ctx.world_size, ctx.device
-    M = case.ms[0]
+    M = aligned_if_waived(impl, case.ms[0], W)
     x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
     S = shard_rows(M, W)
     out = sentinel_like((S, case.N), device=dev)
@@ -335,9 +360,16 @@ def _one_bad_call(ctx: RankContext, impl, case: Case, kind: str) -> CheckResult:
         watched["out"] = args["out"]
     if args["x"].device.type != "meta":
         watched["x"] = args["x"]
-    res = rejected_cleanly(lambda: impl(args["x"], args["w"], out=args["out"]), expected, watched, rank=r,
-                           name="bad_call_rejected")
+    accepted: dict = {}
+
+    def call():
+        accepted["y"] = impl(args["x"], args["w"], out=args["out"])
+
+    res = rejected_cleanly(call, expected, watched, rank=r, name="bad_call_rejected")
     res.extra["bad"] = kind
+    res.extra["M"] = M
+    if "y" in accepted and kind in SAME_VALUES:
+        _judge_accepted(ctx, case, M, accepted["y"], res)
     if not res.passed:
         res.detail = f"bad call {kind}: {res.detail}"
     return res
@@ -353,9 +385,20 @@ def _graph(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     if waived:
         return [skipped("graph_replay", f"waived by the implementation: {waived}", rank=r)]
     M = case.ms[0]
+    unaligned_waived = waiver(impl, "unaligned_m")
+    notes: list[CheckResult] = []
+    if unaligned_waived and M % W:
+        if M < W:
+            return [skipped("graph_replay", f"M={M} < W={W}; waived by the implementation: {unaligned_waived}",
+                            rank=r, per_example=True)]
+        notes.append(skipped("unaligned_m", f"graph at M={M - M % W} instead of M={M}: waived by the "
+                             f"implementation: {unaligned_waived}", rank=r, per_example=True))
+        M -= M % W
+    out_waived = waiver(impl, "out_param")
     S, n_valid, row0 = shard_rows(M, W), valid_rows(M, W, r), r * shard_rows(M, W)
     x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
-    out = sentinel_like((S, case.N), device=ctx.device)
+    # With out= waived the graph's own output (allocated at capture, rewritten by every replay) is checked.
+    out = None if out_waived else sentinel_like((S, case.N), device=ctx.device)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -364,8 +407,10 @@ def _graph(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     ctx.sync()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        impl(x, w, out=out)
-    checks: list[CheckResult] = []
+        y = impl(x, w, out=out)
+    if out is None:
+        out = y
+    checks: list[CheckResult] = notes
     for i in range(max(1, case.repeat)):
         seed = case.seed + 1 + i
         x.copy_(ctx.x(case, seed, M))

@@ -28,6 +28,13 @@ def m_class(M: int, W: int) -> str:
     return "8191+"
 
 
+def possible(cls: str, W: int) -> bool:
+    """Whether an M class has any M at world size W (``2..W-1`` is empty for W <= 2, ``W``/``W+1`` fall in
+    ``1``/``2..W-1`` for W = 1)."""
+    return any(m_class(M, W) == cls for M in (1, 2, W - 1, W, W + 1, 100, 128, 200, 256, 500, 1024, 2000, 5000, 9000)
+               if M >= 1)
+
+
 def coverage(cases: list[dict]) -> dict[tuple, dict[str, list[int]]]:
     """(impl, topology, W) -> M class -> [cases, failures]."""
     grid: dict[tuple, dict[str, list[int]]] = {}
@@ -69,10 +76,13 @@ def plot_coverage(cases: list[dict], path: str) -> str | None:
             n, f = grid[key].get(cls, (0, 0))
             if n:
                 ax.text(j, i, f"{n}" if not f else f"{f}/{n}", ha="center", va="center", fontsize=8)
+            elif not possible(cls, key[2]):
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="#707070")
     ax.set_xticks(range(len(M_CLASSES)), M_CLASSES, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), [f"{i} {t} W={w}" for i, t, w in rows], fontsize=8)
     ax.set_xlabel("M class (cases; failures/cases in red)")
-    ax.set_title("GEMM-RS gate coverage: green passed, red failed, grey not covered", fontsize=9)
+    ax.set_title("GEMM-RS gate coverage: green passed, red failed, grey not covered (n/a: no such M at this W)",
+                 fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -199,8 +199,8 @@ class RankPool:
         self.kill()
         self.start()
 
-    def close(self) -> None:
-        """Stop politely (ranks exit their loop), then make sure nothing is left."""
+    def close(self, grace_s: float = 10.0) -> None:
+        """Stop politely (ranks exit their loop, ``grace_s`` to do it), then make sure nothing is left."""
         if self.proc is not None and self.proc.poll() is None:
             for ch in self.chans.values():
                 try:
@@ -208,7 +208,7 @@ class RankPool:
                 except OSError:
                     pass
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()

@@ -34,12 +34,18 @@ def cases() -> list[Case]:
 
 
 def summaries(logdir: str) -> dict[str, int | None]:
-    """sanitizer log -> errors reported (None: no summary line, i.e. the process did not end cleanly)."""
+    """sanitizer log -> errors reported (None: no summary line, i.e. the process did not end cleanly).
+    memcheck/synccheck/initcheck end with ``ERROR SUMMARY: N errors``; racecheck with ``RACECHECK
+    SUMMARY: H hazards displayed (E errors, W warnings)``, whose errors and warnings both count."""
     out = {}
     for path in sorted(glob.glob(os.path.join(logdir, "sanitizer-*.log"))):
         text = open(path, errors="replace").read()
         m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
-        out[os.path.basename(path)] = int(m[-1]) if m else None
+        race = re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
+        if race:
+            out[os.path.basename(path)] = int(race[-1][0]) + int(race[-1][1])
+        else:
+            out[os.path.basename(path)] = int(m[-1]) if m else None
     return out
 
 
@@ -50,6 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--tool", default="memcheck")
     ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
+    ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")
     args = ap.parse_args(argv)
     if shutil.which("compute-sanitizer") is None:
         print("compute-sanitizer is not on PATH: sanitizer mode needs the CUDA toolkit")
@@ -66,7 +73,7 @@ def main(argv=None) -> int:
             if report.status not in ("passed", "skipped"):
                 print(report.render())
     finally:
-        pool.close()
+        pool.close(grace_s=args.close_grace)  # sanitizers write their summaries at exit: give them time
     sums = summaries(pool.logdir)
     for name, n in sums.items():
         print(f"{name}: {'no ERROR SUMMARY (process did not finish cleanly)' if n is None else f'{n} errors'}")

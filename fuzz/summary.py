@@ -11,8 +11,14 @@ import glob
 import json
 import os
 import platform
+import re
 import sys
 from collections import defaultdict
+
+
+def _generic(reason: str) -> str:
+    """A skip reason without its example's numbers (``M=4097`` -> ``M=<m>``), so one waiver is one line."""
+    return re.sub(r"\bM=\d+", "M=<m>", reason)
 
 
 def load_cases(out_dir: str) -> list[dict]:
@@ -44,7 +50,7 @@ def environment() -> dict:
     return env
 
 
-def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str) -> dict:
+def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, interrupted: str | None = None) -> dict:
     cases = load_cases(out_dir)
     table: dict[tuple, dict] = defaultdict(lambda: {"cases": 0, "failures": 0, "worst_over_budget": 0.0})
     skipped: dict[str, int] = defaultdict(int)
@@ -54,7 +60,7 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str) -> 
         seen = set()
         for c in row["checks"]:
             if c.get("skipped"):
-                skipped[f"{c['name']}: {c['detail']}"] += 1
+                skipped[f"{c['name']}: {_generic(c['detail'])}"] += 1
                 continue
             cell = table[key_base + (c["name"],)]
             if c["name"] not in seen:
@@ -76,16 +82,18 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str) -> 
     env = environment()
     env["optimize_driver"] = sorted({row.get("driver_optimize") for row in cases}) or [sys.flags.optimize]
     env["optimize_ranks"] = sorted({v for row in cases for v in row.get("rank_optimize", {}).values()})
-    verdict = "PASS" if pytest_rc == 0 and n_failed == 0 and cases else "FAIL"
+    verdict = "PASS" if pytest_rc == 0 and n_failed == 0 and cases and not interrupted else "FAIL"
     rows = [
         {"impl": k[0], "topology": k[1], "world_size": k[2], "property": k[3], **v}
         for k, v in sorted(table.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
     ]
     summary = {
         "schema": "gemm-rs-gate-summary/1",
+        "timing": timing(cases),
         "verdict": verdict,
         "profile": profile,
         "pytest_exit_code": pytest_rc,
+        "interrupted": interrupted,
         "seconds": round(seconds, 1),
         "cases": len(cases),
         "failed_cases": n_failed,
@@ -108,13 +116,29 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str) -> 
     return summary
 
 
+def timing(cases: list[dict]) -> list[dict]:
+    """Time per case per (impl, topology, W): the cost a campaign pays, and where a slow path hides."""
+    by: dict[tuple, list[float]] = defaultdict(list)
+    for row in cases:
+        if isinstance(row.get("seconds"), (int, float)):
+            by[(row["impl"], row["topology"], row["world_size"])].append(float(row["seconds"]))
+    out = []
+    for (impl, topo, w), secs in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        secs.sort()
+        out.append({"impl": impl, "topology": topo, "world_size": w, "cases": len(secs),
+                    "median_s": round(secs[len(secs) // 2], 3), "p95_s": round(secs[min(len(secs) - 1,
+                    int(0.95 * len(secs)))], 3), "max_s": round(secs[-1], 3), "total_s": round(sum(secs), 1)})
+    return out
+
+
 def render_markdown(s: dict) -> str:
     env = s["environment"]
     lines = [
         f"# GEMM-RS gate: {s['verdict']}",
         "",
         f"{s['cases']} cases, {s['failed_cases']} failed, {s['seconds']} s, profile `{s['profile']}`, "
-        f"pytest exit {s['pytest_exit_code']}. "
+        f"pytest exit {s['pytest_exit_code']}"
+        + (f", INTERRUPTED: {s['interrupted']}" if s.get("interrupted") else "") + ". "
         + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
         "| impl | topology | W | property | cases | failures | worst error / budget |",
@@ -124,6 +148,11 @@ def render_markdown(s: dict) -> str:
         ratio = f"{r['worst_over_budget']:.3f}" if r["worst_over_budget"] else "-"
         lines.append(f"| {r['impl']} | {r['topology']} | {r['world_size']} | {r['property']} | {r['cases']} | "
                      f"{r['failures']} | {ratio} |")
+    if s.get("timing"):
+        lines += ["", "| impl | topology | W | cases | median s/case | p95 s/case | max s | total s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {t['impl']} | {t['topology']} | {t['world_size']} | {t['cases']} | {t['median_s']} | "
+                  f"{t['p95_s']} | {t['max_s']} | {t['total_s']} |" for t in s["timing"]]
     if s["skipped"]:
         lines += ["", "Skipped (never counted as passed):", ""]
         lines += [f"- {x['count']} x {x['reason']}" for x in s["skipped"]]

@@ -45,6 +45,20 @@ def available_topologies() -> list[str]:
     return out
 
 
+def pools_per_gpu() -> int:
+    """Rank pools that may share one GPU at once (``GEMM_RS_POOLS_PER_GPU``, default 1). shared-gpu
+    cases are tiny and host-bound, so on a many-core host several pools (each its own W processes)
+    time-slicing one GPU finish a campaign several times sooner; every case still has its deadline."""
+    value = os.environ.get("GEMM_RS_POOLS_PER_GPU", "1")
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"GEMM_RS_POOLS_PER_GPU must be a positive integer, not {value!r}") from None
+    if n < 1:
+        raise ValueError(f"GEMM_RS_POOLS_PER_GPU must be a positive integer, not {value!r}")
+    return n
+
+
 def rank_env(topology: str, gpus: list[int] | None = None) -> dict[str, str]:
     """Environment additions for the rank processes of a pool."""
     if topology not in TOPOLOGIES:
@@ -79,9 +93,17 @@ class GpuLease:
 
 
 def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = None,
-               wait_s: float = 0.0, prefer: int = 0) -> GpuLease | None:
+               wait_s: float = 0.0, prefer: int = 0, slots: int = 1) -> GpuLease | None:
     """Take ``count`` GPUs nobody else on this host holds, trying from GPU ``prefer`` on, waiting up to
-    ``wait_s`` for other holders (another pytest run on the same host). None if not possible."""
+    ``wait_s`` for other holders (another pytest run on the same host). None if not possible.
+
+    ``slots`` > 1 (one GPU shared by several pools, :func:`pools_per_gpu`) leases one of ``slots``
+    places on a GPU instead: ``count`` must be 1, and ``prefer`` numbers places (place v is slot
+    v // total of GPU v % total)."""
+    if slots > 1:
+        if count != 1:
+            raise ValueError(f"a GPU slot lease takes one GPU, not {count}")
+        return _lease_slot(total, lock_dir, wait_s, prefer, slots)
     import time
 
     total = gpu_count() if total is None else total
@@ -95,8 +117,39 @@ def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = N
         time.sleep(1.0)
 
 
+def default_lock_dir() -> str:
+    """Where GPU leases live: ``GEMM_RS_GPU_LOCK_DIR``, else one folder per host in the temp dir (runs that
+    should not see each other's leases, e.g. two campaigns deliberately sharing a GPU, set it apart)."""
+    return os.environ.get("GEMM_RS_GPU_LOCK_DIR") or os.path.join(tempfile.gettempdir(), "gemm-rs-gpu-locks")
+
+
+def _lease_slot(total, lock_dir, wait_s, prefer, slots):
+    import time
+
+    total = gpu_count() if total is None else total
+    if total <= 0:
+        return None
+    lock_dir = lock_dir or default_lock_dir()
+    os.makedirs(lock_dir, exist_ok=True)
+    places = total * slots
+    deadline = time.monotonic() + wait_s
+    while True:
+        for v in [(prefer + i) % places for i in range(places)]:
+            g, s = v % total, v // total
+            f = open(os.path.join(lock_dir, f"gpu{g}.slot{s}.lock"), "w")  # noqa: SIM115 — kept open while leased
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            return GpuLease([g], [f])
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(1.0)
+
+
 def _try_lease(count: int, total: int, lock_dir: str | None, prefer: int) -> GpuLease | None:
-    lock_dir = lock_dir or os.path.join(tempfile.gettempdir(), "gemm-rs-gpu-locks")
+    lock_dir = lock_dir or default_lock_dir()
     os.makedirs(lock_dir, exist_ok=True)
     held, files = [], []
     for g in [(prefer + i) % total for i in range(total)]:

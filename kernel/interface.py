@@ -42,6 +42,7 @@ CLAUSES = (
     "unaligned_m",      # any M in 1..max_M, not only multiples of W or of a tile
     "capacity_check",   # rejects M > max_M / M <= 0 with a ValueError subclass before any work
     "bad_call_checks",  # rejects wrong dtype/shape/device/layout with a clear error
+    "typed_errors",     # ... with this suite's typed errors (kernel/errors.py), not any exception
     "repeatable",       # bitwise identical results call after call
 )
 
@@ -56,6 +57,13 @@ class GemmRsImplementation(abc.ABC):
     waived_clauses: dict[str, str] = {}
     #: M from which the fused path pays (CONTRACT.md: default 128)
     should_run_min_m: int = 128
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        unknown = set(cls.waived_clauses) - set(CLAUSES)
+        if unknown:  # a misspelt waiver would silently waive nothing
+            raise TypeError(f"{cls.__name__}.waived_clauses names unknown clause(s) {sorted(unknown)}; "
+                            f"known: {CLAUSES}")
 
     def __init__(self, group=None, *, max_M: int, N: int, K: int, device: torch.device | str | None = None):
         from .checks import check_world_size

@@ -551,7 +551,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
-ENGINE_FIXTURES = ("HangOnM", "CrashOnM", "PowerOfTwoGroupsOnly", "AdapterStyleNoOut", "UnalignedMRejected")
+ENGINE_FIXTURES = ("HangOnM", "CrashOnM", "PowerOfTwoGroupsOnly", "AdapterStyleNoOut", "UnalignedMRejected",
+                   "NonContiguousXHandled")
 
 
 def spec(name: str) -> MutantSpec:
@@ -590,7 +591,31 @@ class AdapterStyleNoOut(UnfusedGemmRs):
 
 
 class UnalignedMRejected(UnfusedGemmRs):
-    """Not a bug: supports only M divisible by W and says so (``unaligned_m`` waived)."""
+    """Not a bug: supports only M divisible by W and says so (``unaligned_m`` waived); like a library op,
+    it looks at M before anything else, so the gate must give it aligned M in every family (a bad call or
+    a capacity case at unaligned M would otherwise be rejected for the wrong reason)."""
 
     name = "aligned-m-only"
     waived_clauses = {"unaligned_m": "the op splits M evenly across ranks"}
+
+    def validate(self, x, w, out):
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[0] % self.world_size:
+            from kernel.errors import ShapeError
+
+            raise ShapeError(f"M={x.shape[0]} is not a multiple of W={self.world_size}")
+        return super().validate(x, w, out)
+
+
+class NonContiguousXHandled(UnfusedGemmRs):
+    """A contract violation with right values: accepts a non-contiguous x (no layout check) and computes
+    it correctly (like a library op that copies). The gate fails it and says the result was right."""
+
+    name = "noncontiguous-x-handled"
+
+    def validate(self, x, w, out):
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and not x.is_contiguous():
+            return super().validate(x.contiguous(), w, out)
+        return super().validate(x, w, out)
+
+    def _run(self, x, w, out, M):
+        return super()._run(x.contiguous(), w, out, M)

@@ -72,8 +72,13 @@ class CheckResult:
         return d
 
 
-def skipped(name: str, reason: str, rank: int | None = None) -> CheckResult:
-    return CheckResult(name=name, passed=False, rank=rank, skipped=True, detail=reason)
+def skipped(name: str, reason: str, rank: int | None = None, *, per_example: bool = False) -> CheckResult:
+    """A check not made, with its reason. ``per_example``: skipped because of this example only (e.g. an
+    M the implementation waives), so the gate draws another example instead of skipping the test."""
+    res = CheckResult(name=name, passed=False, rank=rank, skipped=True, detail=reason)
+    if per_example:
+        res.extra["per_example"] = True
+    return res
 
 
 def worst_of(name, mask_wrong, err, actual, expected, allowed=None, *, rank=None, row_offset=0, total=None):

@@ -29,6 +29,8 @@ class TorchAsyncTpGemmRs(GemmRsImplementation):
         "out_param": "fused_matmul_reduce_scatter allocates its own output; it has no out= to write into",
         "capacity_check": "the op has no capacity (no max_M): it allocates per call, so any M is valid for it",
         "typed_errors": "the op raises torch's ValueError/RuntimeError, not this suite's typed errors",
+        "unaligned_m": "the op splits M evenly over the group (out_shape[0] //= W, like reduce_scatter_tensor): "
+                       "M must be a multiple of W",
     }
 
     def __init__(self, group=None, *, max_M: int, N: int, K: int, device=None):
@@ -51,3 +53,11 @@ class TorchAsyncTpGemmRs(GemmRsImplementation):
         y = torch.ops.symm_mem.fused_matmul_reduce_scatter(x, w.t(), "sum", 0, self.group_name)
         self.last_path = "torch-async-tp"
         return y
+
+
+class TorchAsyncTpUnalignedProbe(TorchAsyncTpGemmRs):
+    """The same op without the ``unaligned_m`` waiver: what it really does with M not a multiple of W
+    (``python -m fuzz.repro --impl kernel.adapters.torch_async_tp:TorchAsyncTpUnalignedProbe ...``)."""
+
+    name = "torch-async-tp-unaligned-probe"
+    waived_clauses = {k: v for k, v in TorchAsyncTpGemmRs.waived_clauses.items() if k != "unaligned_m"}

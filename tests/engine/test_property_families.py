@@ -64,8 +64,31 @@ def test_unaligned_m_waiver_skips_only_the_unaligned_calls():
     pool = RankPool(PoolSpec(impl="mutants.catalogue:UnalignedMRejected", world_size=2))
     try:
         report = pool.run(Case("compute", seed=1, N=64, K=64, max_M=512, ms=[129, 128]))
+        # It rejects unaligned M before anything else: bad calls and capacity cases must reach it with an
+        # aligned M, or every rejection would be for the wrong reason (ShapeError instead of DTypeError...).
+        bad = pool.run(Case("bad_call", seed=2, N=64, K=64, max_M=512, ms=[3], bad="all"))
+        over = pool.run(Case("capacity", seed=3, N=64, K=64, max_M=511, ms=[5], bad="over"))
     finally:
         pool.close()
+    assert bad.passed, bad.render()
+    assert {c["extra"]["M"] for _, c in bad.checks() if c["name"] == "bad_call_rejected"} == {4}
+    assert over.passed, over.render()
     assert report.passed, report.render()
     assert [c["name"] for c in report.skipped_checks()] == ["unaligned_m"] * 2
     assert {c["extra"]["M"] for _, c in report.checks() if c["name"] == "within_tolerance"} == {128}
+
+
+@pytest.mark.parametrize("impl, right", [("mutants.catalogue:NonContiguousXHandled", True),
+                                         ("mutants.catalogue:NonContiguousXReadWrongly", False)])
+def test_an_accepted_bad_call_says_whether_its_result_is_right(impl, right):
+    pool = RankPool(PoolSpec(impl=impl, world_size=2))
+    try:
+        report = pool.run(Case("bad_call", seed=5, N=64, K=64, max_M=512, ms=[33], bad="x_noncontiguous"))
+    finally:
+        pool.close()
+    assert report.status == "failed", report.render()  # accepted: a violation either way
+    checks = [c for _, c in report.checks() if c["name"] == "bad_call_rejected"]
+    assert len(checks) == 2  # one per rank
+    for c in checks:
+        assert c["extra"]["accepted_result_correct"] is right
+        assert ("its result is right" if right else "its result is WRONG") in c["detail"]

@@ -22,7 +22,11 @@ def test_summaries_are_parsed(tmp_path):
     (tmp_path / "sanitizer-12.log").write_text("========= Invalid __global__ write\n"
                                                "========= ERROR SUMMARY: 3 errors\n")
     (tmp_path / "sanitizer-13.log").write_text("========= COMPUTE-SANITIZER\n")
-    assert summaries(str(tmp_path)) == {"sanitizer-11.log": 0, "sanitizer-12.log": 3, "sanitizer-13.log": None}
+    race = "========= RACECHECK SUMMARY: {} hazards displayed (0 errors, {} warnings)\n"
+    (tmp_path / "sanitizer-14.log").write_text(race.format(0, 0))
+    (tmp_path / "sanitizer-15.log").write_text(race.format(2, 2))
+    assert summaries(str(tmp_path)) == {"sanitizer-11.log": 0, "sanitizer-12.log": 3, "sanitizer-13.log": None,
+                                        "sanitizer-14.log": 0, "sanitizer-15.log": 2}
 
 
 def test_sanitizer_cases_cover_the_gpu_properties():

@@ -44,6 +44,34 @@ def test_gpu_leases_never_overlap(tmp_path):
     d.release()
 
 
+def test_gpu_slot_leases_share_a_gpu_up_to_the_slot_count(tmp_path):
+    held = [lease_gpus(1, total=2, lock_dir=str(tmp_path), slots=3, prefer=v) for v in range(6)]
+    assert all(h is not None for h in held)
+    assert sorted(h.gpus[0] for h in held) == [0, 0, 0, 1, 1, 1]  # place v: GPU v % 2
+    assert [h.gpus[0] for h in held[:2]] == [0, 1]
+    assert lease_gpus(1, total=2, lock_dir=str(tmp_path), slots=3) is None  # all six places taken
+    held[4].release()
+    again = lease_gpus(1, total=2, lock_dir=str(tmp_path), slots=3)
+    assert again is not None and again.gpus == [0]
+    with pytest.raises(ValueError):
+        lease_gpus(2, total=2, lock_dir=str(tmp_path), slots=3)
+    for h in held[:4] + held[5:] + [again]:
+        h.release()
+
+
+def test_pools_per_gpu_is_validated(monkeypatch):
+    from fuzz.topology import pools_per_gpu
+
+    monkeypatch.delenv("GEMM_RS_POOLS_PER_GPU", raising=False)
+    assert pools_per_gpu() == 1
+    monkeypatch.setenv("GEMM_RS_POOLS_PER_GPU", "4")
+    assert pools_per_gpu() == 4
+    for bad in ("0", "two"):
+        monkeypatch.setenv("GEMM_RS_POOLS_PER_GPU", bad)
+        with pytest.raises(ValueError):
+            pools_per_gpu()
+
+
 def test_gate_matrix_per_host(monkeypatch):
     import fuzz.conftest as fc
 
@@ -69,6 +97,35 @@ def test_gate_matrix_per_host(monkeypatch):
     assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "multi-gpu"} == {2}
     assert fc.gate_matrix(Cfg(**{"--impl": "unfused", "--topology": "cpu", "--world-sizes": "2,3"})) == [
         ("unfused", "cpu", 2), ("unfused", "cpu", 3)]
+
+
+def test_shared_gpu_pools_are_dealt_over_gpu_places_largest_w_first(monkeypatch):
+    import fuzz.conftest as fc
+
+    class Item:
+        def __init__(self, gate):
+            self.callspec = type("CallSpec", (), {"params": {"gate": gate}})()
+            self.groups = []
+
+        def add_marker(self, mark):
+            self.groups += list(mark.args)
+
+    gates = [(i, "shared-gpu", w) for i in ("fused", "unfused") for w in (1, 2, 4, 8)]
+    gates += [("unfused", "cpu", 2), ("fused", "multi-gpu", 2)]
+    monkeypatch.setattr(fc, "gpu_count", lambda: 1)
+    for slots, expect in ((1, {"gpu-0"}), (4, {f"gpu-{k}" for k in range(4)})):
+        monkeypatch.setenv("GEMM_RS_POOLS_PER_GPU", str(slots))
+        items = [Item(g) for g in gates for _ in range(2)]  # two tests per combination
+        fc.pytest_collection_modifyitems(None, items)
+        by_gate = {}
+        for it in items:
+            by_gate.setdefault(it.callspec.params["gate"], []).extend(it.groups)
+        assert by_gate[("unfused", "cpu", 2)] == []  # cpu tests spread freely
+        assert by_gate[("fused", "multi-gpu", 2)] == ["multi-gpu"] * 2
+        shared = {g: grp for g, grp in by_gate.items() if g[1] == "shared-gpu"}
+        assert all(len(grp) == 2 and len(set(grp)) == 1 for grp in shared.values())  # one pool, one worker
+        assert {grp[0] for grp in shared.values()} == expect
+    assert by_gate[("fused", "shared-gpu", 8)] != by_gate[("unfused", "shared-gpu", 8)]  # the two W=8 pools apart
 
 
 @pytest.mark.multiproc

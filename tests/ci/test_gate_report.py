@@ -1,0 +1,136 @@
+"""The gate's report and verdict (docs/REPORT.md): a failed case makes the verdict FAIL and is listed
+with its REPRO line, skipped checks are listed and never counted as passed, every combination gets its
+time per case; and the campaign, end to end on CPU, exits 1 on a broken implementation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fuzz.campaign import default_pools_per_gpu
+from fuzz.summary import summarise
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _row(status="passed", W=2, seconds=1.0, checks=None, ms=(7,)):
+    return {
+        "time": 0.0, "test": "fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W2]", "impl": "unfused",
+        "topology": "cpu", "world_size": W, "optimize": 1, "driver_optimize": 1,
+        "case": {"family": "compute", "seed": 1, "N": 64, "K": 64, "max_M": 256, "ms": list(ms), "kind": "exact"},
+        "status": status, "seconds": seconds, "note": "",
+        "checks": checks if checks is not None else [
+            {"name": "within_tolerance", "passed": status == "passed", "rank": 0,
+             "extra": {"max_error_over_budget": 0.25}}],
+        "rank_optimize": {"0": 1, "1": 1}, "errors": {}, "repro": f"python -O -m fuzz.repro --case {status}",
+    }
+
+
+def _write(tmp_path, rows):
+    with open(tmp_path / "cases-gw0.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def test_all_passed_is_pass_with_timing(tmp_path):
+    _write(tmp_path, [_row(seconds=s) for s in (1.0, 2.0, 3.0, 10.0)])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=20.0, profile="smoke")
+    assert s["verdict"] == "PASS" and s["failed_cases"] == 0
+    (t,) = s["timing"]
+    assert (t["cases"], t["median_s"], t["max_s"], t["total_s"]) == (4, 3.0, 10.0, 16.0)
+    cell = next(p for p in s["properties"] if p["property"] == "within_tolerance")
+    assert cell["cases"] == 4 and cell["failures"] == 0 and cell["worst_over_budget"] == 0.25
+    md = (tmp_path / "summary.md").read_text()
+    assert "VERDICT: PASS" in md and "median s/case" in md
+    assert json.loads((tmp_path / "summary.json").read_text())["schema"] == "gemm-rs-gate-summary/1"
+    assert (tmp_path / "coverage.png").stat().st_size > 1000
+
+
+def test_one_failed_case_fails_the_verdict_and_is_listed_with_its_repro(tmp_path):
+    _write(tmp_path, [_row(), _row(status="failed"), _row(status="hang", checks=[])])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")  # even if pytest said 0
+    assert s["verdict"] == "FAIL" and s["failed_cases"] == 2
+    assert {f["repro"] for f in s["failures"]} == {"python -O -m fuzz.repro --case failed",
+                                                   "python -O -m fuzz.repro --case hang"}
+    assert any(p["property"] == "hang" and p["failures"] == 1 for p in s["properties"])
+    md = (tmp_path / "summary.md").read_text()
+    assert "VERDICT: FAIL" in md and "fuzz.repro --case failed" in md
+
+
+def test_skipped_checks_are_listed_not_passed(tmp_path):
+    checks = [{"name": "graph_replay", "passed": True, "skipped": True, "rank": 0, "detail": "no CUDA graphs on cpu"}]
+    waived = [{"name": "unaligned_m", "passed": False, "skipped": True, "rank": 0,
+               "detail": f"M={m} is not a multiple of W=2; waived"} for m in (3, 4097)]
+    _write(tmp_path, [_row(checks=checks), _row(checks=waived)])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert s["skipped"] == [{"reason": "graph_replay: no CUDA graphs on cpu", "count": 1},
+                            {"reason": "unaligned_m: M=<m> is not a multiple of W=2; waived", "count": 2}]
+    assert not any(p["property"] == "graph_replay" for p in s["properties"])  # not counted as a passed case
+    assert "no CUDA graphs on cpu" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("rc, rows", [(1, [_row()]), (0, [])])
+def test_pytest_failure_or_no_cases_is_fail(tmp_path, rc, rows):
+    _write(tmp_path, rows)
+    assert summarise(str(tmp_path), pytest_rc=rc, seconds=1.0, profile="ci")["verdict"] == "FAIL"
+
+
+def test_default_pools_per_gpu():
+    assert [default_pools_per_gpu(c) for c in (1, 2, 8, 16, 128)] == [1, 1, 2, 4, 4]
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("impl, verdict, rc", [("unfused", "PASS", 0),
+                                               ("mutants.catalogue:DroppedRankOddM", "FAIL", 1)])
+def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", impl, "--topology", "cpu",
+         "--world-sizes", "2", "--out", str(out), "--jobs", "0", "--progress-every", "5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == rc, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"VERDICT: {verdict}" in proc.stdout
+    for name in ("summary.md", "summary.json", "coverage.png", "junit.xml", "pytest.log"):
+        assert (out / name).exists(), name
+    s = json.loads((out / "summary.json").read_text())
+    assert s["verdict"] == verdict and s["cases"] > 0 and s["environment"]["optimize_ranks"] == [1]
+    if verdict == "FAIL":
+        assert s["failures"] and all("fuzz.repro" in f["repro"] for f in s["failures"])
+    else:
+        assert s["failed_cases"] == 0 and s["timing"][0]["world_size"] == 2
+
+
+@pytest.mark.multiproc
+def test_a_campaign_past_its_time_limit_still_reports_and_fails(tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz.campaign", "--profile", "ci", "--impl", "unfused", "--topology", "cpu",
+         "--world-sizes", "2", "--out", str(out), "--jobs", "0", "--time-limit", "12"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "time limit of 12s reached" in proc.stdout and "VERDICT: FAIL" in proc.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["verdict"] == "FAIL" and s["interrupted"] == "time limit of 12s reached"
+    assert s["failed_cases"] == 0  # nothing failed: it is the interruption that fails the gate
+
+
+@pytest.mark.multiproc
+def test_a_waived_m_redraws_the_example_instead_of_skipping_the_test(tmp_path):
+    """An implementation that waives unaligned M: examples at unaligned M are recorded as skipped and
+    redrawn; test_compute still makes its 4 checked examples (smoke) and passes — it is not skipped."""
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", "mutants.catalogue:UnalignedMRejected",
+         "--topology", "cpu", "--world-sizes", "2", "--out", str(out), "--jobs", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for f in out.glob("cases-*.jsonl") for line in f.read_text().splitlines()]
+    compute = [r for r in rows if r["case"]["family"] == "compute"]
+    assert sum(r["status"] == "passed" for r in compute) >= 4
+    junit = (out / "junit.xml").read_text()
+    assert 'name="test_compute[mutants.catalogue:UnalignedMRejected-cpu-W2]"' in junit
+    assert "every check was skipped" not in junit  # no test was skipped for one waived example

@@ -1,0 +1,35 @@
+"""The async-TP adapter's declared differences from the contract: known clause names with reasons, a
+probe without the unaligned-M waiver, both reachable by name (running them needs a GPU: ci/gpu-check)."""
+
+from __future__ import annotations
+
+from kernel.adapters.torch_async_tp import TorchAsyncTpGemmRs, TorchAsyncTpUnalignedProbe
+from kernel.interface import CLAUSES
+from kernel.registry import load_implementation
+
+
+def test_async_tp_waivers_are_known_clauses_with_reasons():
+    assert set(TorchAsyncTpGemmRs.waived_clauses) <= set(CLAUSES)
+    assert set(TorchAsyncTpGemmRs.waived_clauses) == {"out_param", "capacity_check", "typed_errors", "unaligned_m"}
+    assert all(len(reason) > 20 for reason in TorchAsyncTpGemmRs.waived_clauses.values())
+    assert "graph_capture" not in TorchAsyncTpGemmRs.waived_clauses  # graphs are checked, not waived
+
+
+def test_the_probe_checks_unaligned_m_and_waives_the_rest():
+    assert "unaligned_m" not in TorchAsyncTpUnalignedProbe.waived_clauses
+    assert set(TorchAsyncTpUnalignedProbe.waived_clauses) == set(TorchAsyncTpGemmRs.waived_clauses) - {"unaligned_m"}
+
+
+def test_adapters_load_by_name():
+    assert load_implementation("torch-async-tp") is TorchAsyncTpGemmRs
+    probe = "kernel.adapters.torch_async_tp:TorchAsyncTpUnalignedProbe"
+    assert load_implementation(probe) is TorchAsyncTpUnalignedProbe
+
+
+def test_a_misspelt_waiver_is_refused_at_class_definition():
+    import pytest
+
+    from kernel.unfused import UnfusedGemmRs
+
+    with pytest.raises(TypeError, match="unaligned_M"):
+        type("Typo", (UnfusedGemmRs,), {"waived_clauses": {"unaligned_M": "typo"}})
