@@ -21,6 +21,27 @@ def _generic(reason: str) -> str:
     return re.sub(r"\bM=\d+", "M=<m>", reason)
 
 
+def junit_skips(out_dir: str) -> dict[str, int]:
+    """Whole tests pytest skipped (no case ran, so no case record says so), from junit.xml:
+    ``"test <name>: <reason>" -> count`` over the parametrisations."""
+    import xml.etree.ElementTree as ET
+
+    path = os.path.join(out_dir, "junit.xml")
+    out: dict[str, int] = defaultdict(int)
+    if not os.path.exists(path):
+        return out
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        out["junit.xml unreadable: skipped tests unknown"] += 1
+        return out
+    for case in root.iter("testcase"):
+        for sk in case.findall("skipped"):
+            name = case.get("name", "?").split("[")[0]
+            out[f"test {name}: {_generic(sk.get('message', '').strip())}"] += 1
+    return out
+
+
 def load_cases(out_dir: str) -> list[dict]:
     rows = []
     for path in sorted(glob.glob(os.path.join(out_dir, "cases-*.jsonl"))):
@@ -78,6 +99,8 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
             cell = table[key_base + (row["status"],)]
             cell["cases"] += 1
             cell["failures"] += 1
+    for reason, count in junit_skips(out_dir).items():
+        skipped[reason] += count
     n_failed = len(failures)
     env = environment()
     env["optimize_driver"] = sorted({row.get("driver_optimize") for row in cases}) or [sys.flags.optimize]

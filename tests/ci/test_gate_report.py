@@ -73,6 +73,20 @@ def test_skipped_checks_are_listed_not_passed(tmp_path):
     assert "no CUDA graphs on cpu" in (tmp_path / "summary.md").read_text()
 
 
+def test_whole_tests_pytest_skipped_are_listed(tmp_path):
+    _write(tmp_path, [_row()])
+    (tmp_path / "junit.xml").write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="fuzz.test_gemm_rs" name="test_graph_replay[unfused-cpu-W1]">'
+        '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" /></testcase>'
+        '<testcase classname="fuzz.test_gemm_rs" name="test_graph_replay[unfused-cpu-W2]">'
+        '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" /></testcase>'
+        '<testcase classname="fuzz.test_gemm_rs" name="test_compute[unfused-cpu-W1]" /></testsuite></testsuites>')
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert {"reason": "test test_graph_replay: CUDA graphs need a GPU topology", "count": 2} in s["skipped"]
+    assert "test test_graph_replay: CUDA graphs need a GPU topology" in (tmp_path / "summary.md").read_text()
+
+
 @pytest.mark.parametrize("rc, rows", [(1, [_row()]), (0, [])])
 def test_pytest_failure_or_no_cases_is_fail(tmp_path, rc, rows):
     _write(tmp_path, rows)
