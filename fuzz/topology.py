@@ -123,41 +123,43 @@ def default_lock_dir() -> str:
     return os.environ.get("GEMM_RS_GPU_LOCK_DIR") or os.path.join(tempfile.gettempdir(), "gemm-rs-gpu-locks")
 
 
+def _lock(lock_dir: str | None, name: str):
+    """The open, exclusively locked lock file ``name``, or None if someone holds it."""
+    lock_dir = lock_dir or default_lock_dir()
+    os.makedirs(lock_dir, exist_ok=True)
+    f = open(os.path.join(lock_dir, name), "w")  # noqa: SIM115 — kept open while leased
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
 def _lease_slot(total, lock_dir, wait_s, prefer, slots):
     import time
 
     total = gpu_count() if total is None else total
     if total <= 0:
         return None
-    lock_dir = lock_dir or default_lock_dir()
-    os.makedirs(lock_dir, exist_ok=True)
     places = total * slots
     deadline = time.monotonic() + wait_s
     while True:
         for v in [(prefer + i) % places for i in range(places)]:
             g, s = v % total, v // total
-            f = open(os.path.join(lock_dir, f"gpu{g}.slot{s}.lock"), "w")  # noqa: SIM115 — kept open while leased
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                f.close()
-                continue
-            return GpuLease([g], [f])
+            f = _lock(lock_dir, f"gpu{g}.slot{s}.lock")
+            if f is not None:
+                return GpuLease([g], [f])
         if time.monotonic() >= deadline:
             return None
         time.sleep(1.0)
 
 
 def _try_lease(count: int, total: int, lock_dir: str | None, prefer: int) -> GpuLease | None:
-    lock_dir = lock_dir or default_lock_dir()
-    os.makedirs(lock_dir, exist_ok=True)
     held, files = [], []
     for g in [(prefer + i) % total for i in range(total)]:
-        f = open(os.path.join(lock_dir, f"gpu{g}.lock"), "w")  # noqa: SIM115 — kept open while leased
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
+        f = _lock(lock_dir, f"gpu{g}.lock")
+        if f is None:
             continue
         held.append(g)
         files.append(f)
