@@ -175,19 +175,15 @@ class HopperGemmBF16:
         )
 
     @cute.jit
-    def __call__(
-        self,
-        x_ptr: cute.Pointer,
-        w_ptr: cute.Pointer,
-        y_ptr: cute.Pointer,
-        m: cutlass.Int32,
-        stream: cuda.CUstream,
-    ):
+    def host_setup(self, x_ptr: cute.Pointer, w_ptr: cute.Pointer, c_ptr: cute.Pointer, m: cutlass.Int32):
+        """Host side, shared by both kernels: the tensors over x (M x K), w (N x K) and the C tile target
+        (M x N at ``c_ptr``), their TMA atoms, the persistent grid and the shared-storage struct.
+        Returns ((atom_a, tensor_a, atom_b, tensor_b, atom_c, tensor_c), num_m_tiles, grid_x)."""
         self._setup()
         N, K = self.N, self.K
         mA = cute.make_tensor(x_ptr, cute.make_layout((m, K), stride=(K, 1)))
         mB = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
-        mC = cute.make_tensor(y_ptr, cute.make_layout((m, N), stride=(N, 1)))
+        mC = cute.make_tensor(c_ptr, cute.make_layout((m, N), stride=(N, 1)))
 
         tma_atom_a, tma_tensor_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
@@ -229,14 +225,22 @@ class HopperGemmBF16:
             ]
 
         self.shared_storage = SharedStorage
+        return ((tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b, tma_atom_c, tma_tensor_c), num_m_tiles,
+                grid_x)
 
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        y_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        atoms, num_m_tiles, grid_x = self.host_setup(x_ptr, w_ptr, y_ptr, m)
         self.kernel(
-            tma_atom_a,
-            tma_tensor_a,
-            tma_atom_b,
-            tma_tensor_b,
-            tma_atom_c,
-            tma_tensor_c,
+            *atoms,
             self.tiled_mma,
             self.a_smem_layout_staged,
             self.b_smem_layout_staged,
@@ -263,21 +267,12 @@ class HopperGemmBF16:
         n_tile = first_n + (local - m_tile * cols)
         return m_tile, n_tile
 
-    @cute.kernel
-    def kernel(
-        self,
-        tma_atom_a: cute.CopyAtom,
-        mA_mk: cute.Tensor,
-        tma_atom_b: cute.CopyAtom,
-        mB_nk: cute.Tensor,
-        tma_atom_c: cute.CopyAtom,
-        mC_mn: cute.Tensor,
-        tiled_mma: cute.TiledMma,
-        a_smem_layout_staged: cute.ComposedLayout,
-        b_smem_layout_staged: cute.ComposedLayout,
-        epi_smem_layout_staged: cute.ComposedLayout,
-        num_m_tiles: cutlass.Int32,
-    ):
+    @cute.jit
+    def prologue(self, tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma: cute.TiledMma,
+                 a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged):
+        """Every CTA's set-up, shared by the GEMM and the GEMM-RS kernels: TMA descriptor prefetch, shared
+        memory, the TMA->wgmma mainloop pipeline (barriers initialised, not yet waited on), the TMA and
+        MMA partitions, the accumulator fragment."""
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -335,40 +330,54 @@ class HopperGemmBF16:
         tCrB = tiled_mma.make_fragment_B(tCsB)
         tCgC = thr_mma.partition_C(gC[(None, None, 0, 0)])
         accumulators = cute.make_rmem_tensor(tCgC.shape, self.acc_dtype)
+        return (tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, (tAsA, tAgA, tBsB, tBgB),
+                tCrA, tCrB, accumulators)
 
+    @cute.jit
+    def produce(self, tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, num_m_tiles):
+        """The producer warp: TMA loads of A and B k-tiles into the pipeline stages, tile after tile."""
+        tAsA, tAgA, tBsB, tBgB = tma_parts
+        producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
+        tile_idx = bidx
+        while tile_idx < num_tiles:
+            m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
+            tAgA_m = tAgA[(None, m_tile, None)]
+            tBgB_n = tBgB[(None, n_tile, None)]
+            for k_tile in range(self.k_tile_cnt):
+                mainloop_pipeline.producer_acquire(producer_state)
+                barrier = mainloop_pipeline.producer_get_barrier(producer_state)
+                cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)], tma_bar_ptr=barrier)
+                cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, producer_state.index)], tma_bar_ptr=barrier)
+                mainloop_pipeline.producer_commit(producer_state)
+                producer_state.advance()
+            tile_idx += gdim
+        mainloop_pipeline.producer_tail(producer_state)
+
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nk: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_smem_layout_staged: cute.ComposedLayout,
+        b_smem_layout_staged: cute.ComposedLayout,
+        epi_smem_layout_staged: cute.ComposedLayout,
+        num_m_tiles: cutlass.Int32,
+    ):
+        tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, tma_parts, tCrA, tCrB, accumulators = (
+            self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
+                          a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))
         num_tiles = num_m_tiles * self.num_n_tiles
         pipeline.pipeline_init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == self.producer_warp_id:
-                producer_state = pipeline.make_pipeline_state(
-                    pipeline.PipelineUserType.Producer, self.ab_stage
-                )
-                tile_idx = bidx
-                while tile_idx < num_tiles:
-                    m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
-                    tAgA_m = tAgA[(None, m_tile, None)]
-                    tBgB_n = tBgB[(None, n_tile, None)]
-                    for k_tile in range(self.k_tile_cnt):
-                        mainloop_pipeline.producer_acquire(producer_state)
-                        barrier = mainloop_pipeline.producer_get_barrier(producer_state)
-                        cute.copy(
-                            tma_atom_a,
-                            tAgA_m[(None, k_tile)],
-                            tAsA[(None, producer_state.index)],
-                            tma_bar_ptr=barrier,
-                        )
-                        cute.copy(
-                            tma_atom_b,
-                            tBgB_n[(None, k_tile)],
-                            tBsB[(None, producer_state.index)],
-                            tma_bar_ptr=barrier,
-                        )
-                        mainloop_pipeline.producer_commit(producer_state)
-                        producer_state.advance()
-                    tile_idx += gdim
-                mainloop_pipeline.producer_tail(producer_state)
+                self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, num_m_tiles)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup

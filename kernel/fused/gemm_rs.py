@@ -6,7 +6,8 @@ Design record
 Operation (CONTRACT.md). Rank r of W computes ``P_r = x_r @ w_r.T`` (M x N, fp32 accumulate, bf16)
 and returns rows ``r*S .. r*S+S-1`` (``S = ceil(M/W)``, only rows < M) of ``sum_p P_p``. One kernel
 per call and rank: the persistent, warp-specialised GEMM of :mod:`kernel.fused.gemm` (same mainloop,
-same tile schedule), whose epilogue stores each bf16 partial tile into this rank's *own* symmetric
+same tile schedule; host set-up, CTA prologue and producer warp are the base class's ``host_setup``,
+``prologue`` and ``produce``), whose epilogue stores each bf16 partial tile into this rank's *own* symmetric
 workspace and signals the tile's owner rank(s); after its last GEMM tile every CTA turns into a
 reducer of this rank's shard: it waits for all W partials of a tile, loads them through peer
 pointers in rank order 0..W-1, sums in fp32, rounds once to bf16 and stores the valid rows into
@@ -95,7 +96,6 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, Int64
-from cutlass.memory import SmemAllocator
 
 from . import ptx
 from .gemm import GemmConfig, HopperGemmBF16
@@ -139,61 +139,9 @@ class HopperGemmRsBF16(HopperGemmBF16):
         slots: cutlass.Int32,
         stream: cuda.CUstream,
     ):
-        self._setup()
-        N, K = self.N, self.K
-        my_partials = partial_ptrs[self.rank]
-        mA = cute.make_tensor(x_ptr, cute.make_layout((m, K), stride=(K, 1)))
-        mB = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
-        mC = cute.make_tensor(my_partials, cute.make_layout((m, N), stride=(N, 1)))
-
-        tma_atom_a, tma_tensor_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
-            mA,
-            cute.slice_(self.a_smem_layout_staged, (None, None, 0)),
-            (self.tile_shape_mnk[0], self.tile_shape_mnk[2]),
-        )
-        tma_atom_b, tma_tensor_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
-            mB,
-            cute.slice_(self.b_smem_layout_staged, (None, None, 0)),
-            (self.tile_shape_mnk[1], self.tile_shape_mnk[2]),
-        )
-        tma_atom_c, tma_tensor_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
-            mC,
-            cute.slice_(self.epi_smem_layout_staged, (None, None, 0)),
-            self.epi_tile,
-        )
-
-        num_m_tiles = (m + self.tile_shape_mnk[0] - 1) // self.tile_shape_mnk[0]
-        num_tiles = num_m_tiles * self.num_n_tiles
-        grid_x = cutlass.min(num_tiles, self.config.sm_count)
-
-        @cute.struct
-        class SharedStorage:
-            mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.ab_stage * 2]
-            sA: cute.struct.Align[
-                cute.struct.MemRange[self.a_dtype, cute.cosize(self.a_smem_layout_staged)],
-                self.buffer_align_bytes,
-            ]
-            sB: cute.struct.Align[
-                cute.struct.MemRange[self.b_dtype, cute.cosize(self.b_smem_layout_staged)],
-                self.buffer_align_bytes,
-            ]
-            sC: cute.struct.Align[
-                cute.struct.MemRange[self.c_dtype, cute.cosize(self.epi_smem_layout_staged)],
-                self.buffer_align_bytes,
-            ]
-
-        self.shared_storage = SharedStorage
-
+        atoms, num_m_tiles, grid_x = self.host_setup(x_ptr, w_ptr, partial_ptrs[self.rank], m)
         self.kernel(
-            tma_atom_a,
-            tma_tensor_a,
-            tma_atom_b,
-            tma_tensor_b,
-            tma_atom_c,
-            tma_tensor_c,
+            *atoms,
             self.tiled_mma,
             self.a_smem_layout_staged,
             self.b_smem_layout_staged,
@@ -277,96 +225,16 @@ class HopperGemmRsBF16(HopperGemmBF16):
         flag_ptrs: list,
     ):
         W, r = self.world_size, self.rank
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        gdim, _, _ = cute.arch.grid_dim()
-        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-
-        if warp_idx == self.producer_warp_id:
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
-
-        a_smem_layout = cute.slice_(a_smem_layout_staged, (None, None, 0))
-        b_smem_layout = cute.slice_(b_smem_layout_staged, (None, None, 0))
-        tma_copy_bytes = cute.size_in_bytes(self.a_dtype, a_smem_layout) + cute.size_in_bytes(
-            self.b_dtype, b_smem_layout
-        )
-
-        smem = SmemAllocator()
-        storage = smem.allocate(self.shared_storage)
-
-        producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread)
-        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_consumer_wg * 4)
-        mainloop_pipeline = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mainloop_barriers.data_ptr(),
-            num_stages=self.ab_stage,
-            producer_group=producer_group,
-            consumer_group=consumer_group,
-            tx_count=tma_copy_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
-            defer_sync=True,
-        )
-        pipeline.pipeline_init_arrive()
-
-        sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
-        sB = storage.sB.get_tensor(b_smem_layout_staged.outer, swizzle=b_smem_layout_staged.inner)
-        sC = storage.sC.get_tensor(epi_smem_layout_staged.outer, swizzle=epi_smem_layout_staged.inner)
-
-        gA = cute.local_tile(mA_mk, cute.slice_(self.tile_shape_mnk, (None, 0, None)), (None, None))
-        gB = cute.local_tile(mB_nk, cute.slice_(self.tile_shape_mnk, (0, None, None)), (None, None))
-        gC = cute.local_tile(mC_mn, cute.slice_(self.tile_shape_mnk, (None, None, 0)), (None, None))
-
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
-        )
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
-        )
-
-        warp_group_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_warpgroup)
-        mma_thread_layout = cute.make_layout(self.num_consumer_wg, stride=self.threads_per_warpgroup)
-        thr_mma = tiled_mma.get_slice(mma_thread_layout(warp_group_idx - 1))
-        tCsA = thr_mma.partition_A(sA)
-        tCsB = thr_mma.partition_B(sB)
-        tCrA = tiled_mma.make_fragment_A(tCsA)
-        tCrB = tiled_mma.make_fragment_B(tCsB)
-        tCgC = thr_mma.partition_C(gC[(None, None, 0, 0)])
-        accumulators = cute.make_rmem_tensor(tCgC.shape, self.acc_dtype)
-
+        tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, tma_parts, tCrA, tCrB, accumulators = (
+            self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
+                          a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))
         num_tiles = num_m_tiles * self.num_n_tiles
         pipeline.pipeline_init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == self.producer_warp_id:
-                producer_state = pipeline.make_pipeline_state(
-                    pipeline.PipelineUserType.Producer, self.ab_stage
-                )
-                tile_idx = bidx
-                while tile_idx < num_tiles:
-                    m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
-                    tAgA_m = tAgA[(None, m_tile, None)]
-                    tBgB_n = tBgB[(None, n_tile, None)]
-                    for k_tile in range(self.k_tile_cnt):
-                        mainloop_pipeline.producer_acquire(producer_state)
-                        barrier = mainloop_pipeline.producer_get_barrier(producer_state)
-                        cute.copy(
-                            tma_atom_a,
-                            tAgA_m[(None, k_tile)],
-                            tAsA[(None, producer_state.index)],
-                            tma_bar_ptr=barrier,
-                        )
-                        cute.copy(
-                            tma_atom_b,
-                            tBgB_n[(None, k_tile)],
-                            tBsB[(None, producer_state.index)],
-                            tma_bar_ptr=barrier,
-                        )
-                        mainloop_pipeline.producer_commit(producer_state)
-                        producer_state.advance()
-                    tile_idx += gdim
-                mainloop_pipeline.producer_tail(producer_state)
+                self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, num_m_tiles)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup
