@@ -161,25 +161,21 @@ class HopperGemmRsBF16(HopperGemmBF16):
 
     # --- device side: flags -----------------------------------------------------------------------
     @cute.jit
-    def spin_until_equal(self, addr: Int64, expected: Int32):
-        """Spin (``ld.acquire.sys``, nanosleep backoff) until the u32 at ``addr`` equals ``expected``."""
-        seen = ptx.ld_acquire_sys_u32(addr)
-        if seen != expected:
-            t0 = ptx.globaltimer_ns()
-            while seen != expected:
-                ptx.nanosleep(SPIN_SLEEP_NS)
-                seen = ptx.ld_acquire_sys_u32(addr)
-                if cutlass.const_expr(self.spin_timeout_ns > 0):
-                    if ptx.globaltimer_ns() - t0 > Int64(self.spin_timeout_ns):
-                        ptx.trap()
+    def not_yet(self, seen: Int32, expected: Int32, at_least: cutlass.Constexpr):
+        """Still waiting: ``seen != expected`` or, with ``at_least``, ``seen`` before ``expected``
+        (wrap-safe epoch order: signed difference)."""
+        if cutlass.const_expr(at_least):
+            return seen - expected < 0
+        return seen != expected
 
     @cute.jit
-    def spin_until_reached(self, addr: Int64, expected: Int32):
-        """Spin until the u32 epoch at ``addr`` is ``expected`` or later (wrap-safe: signed difference)."""
+    def spin_until(self, addr: Int64, expected: Int32, at_least: cutlass.Constexpr):
+        """Spin (``ld.acquire.sys``, nanosleep backoff) until the u32 at ``addr`` equals ``expected`` (or,
+        with ``at_least``, is ``expected`` or a later epoch); trap after ``spin_timeout_s`` of no progress."""
         seen = ptx.ld_acquire_sys_u32(addr)
-        if seen - expected < 0:
+        if self.not_yet(seen, expected, at_least):
             t0 = ptx.globaltimer_ns()
-            while seen - expected < 0:
+            while self.not_yet(seen, expected, at_least):
                 ptx.nanosleep(SPIN_SLEEP_NS)
                 seen = ptx.ld_acquire_sys_u32(addr)
                 if cutlass.const_expr(self.spin_timeout_ns > 0):
@@ -249,7 +245,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
             # previous call's (done[p] == previous epoch). Spun on by the lanes that issue the stores.
             if warp_idx == self.epi_store_warp_id:
                 for p in cutlass.range_constexpr(W):
-                    self.spin_until_reached(my_flags + Int64((DONE_BASE + p) * 4), prev_epoch)
+                    self.spin_until(my_flags + Int64((DONE_BASE + p) * 4), prev_epoch, True)
                 cute.arch.fence_proxy("async.global")
 
             read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -328,7 +324,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
                         rslot = Int64(rm_tile * self.num_n_tiles + rn_tile)
                         for src in cutlass.range_constexpr(W):
                             rword = Int64(READY_BASE) + Int64(src) * Int64(slots) + rslot
-                            self.spin_until_equal(red_flags + rword * 4, epoch)
+                            self.spin_until(red_flags + rword * 4, epoch, False)
                     self.epilog_barrier.arrive_and_wait()
                     lo = cutlass.max(rm_tile * bm, row_begin)
                     hi = cutlass.min(rm_tile * bm + bm, row_end)
