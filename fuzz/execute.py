@@ -274,8 +274,8 @@ def _capacity(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     checks[0].extra["bad"] = case.bad
     ctx.barrier()  # nobody's next call may touch a peer's state before that peer compared it
     # The instance still works after a rejected call.
-    call_checks, _, _ = _call_checked(ctx, impl, case, aligned_if_waived(impl, case.ms[0], W), case.seed + 1,
-                                      tag="after_reject", late=False)
+    M_after = aligned_if_waived(impl, case.ms[0], W, case.max_M)
+    call_checks, _, _ = _call_checked(ctx, impl, case, M_after, case.seed + 1, tag="after_reject", late=False)
     return checks + call_checks
 
 
@@ -307,15 +307,19 @@ def _judge_accepted(ctx: RankContext, case: Case, M: int, y, res: CheckResult) -
                    else f"; its result is WRONG (silent corruption): {why}")
 
 
-def aligned_if_waived(impl, M: int, W: int) -> int:
-    """M itself, or (for an implementation that waives unaligned M) the next multiple of W: a bad call or
-    a capacity case must be rejected for what it tests, not for an M the implementation does not take."""
-    return M + (-M) % W if waiver(impl, "unaligned_m") else M
+def aligned_if_waived(impl, M: int, W: int, max_M: int | None = None) -> int:
+    """M itself, or (for an implementation that waives unaligned M) the next multiple of W — the one below
+    where that would pass ``max_M``: a bad call, a capacity case or a graph must be tested at an M the
+    implementation takes, so a rejection is for what the case tests."""
+    if not waiver(impl, "unaligned_m") or M % W == 0:
+        return M
+    up = M + (-M) % W
+    return up if max_M is None or up <= max_M else M - M % W
 
 
 def _one_bad_call(ctx: RankContext, impl, case: Case, kind: str) -> CheckResult:
     r, W, dev = ctx.rank, ctx.world_size, ctx.device
-    M = aligned_if_waived(impl, case.ms[0], W)
+    M = aligned_if_waived(impl, case.ms[0], W, case.max_M)
     x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
     S = shard_rows(M, W)
     out = sentinel_like((S, case.N), device=dev)
@@ -384,16 +388,11 @@ def _graph(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     waived = waiver(impl, "graph_capture")
     if waived:
         return [skipped("graph_replay", f"waived by the implementation: {waived}", rank=r)]
-    M = case.ms[0]
-    unaligned_waived = waiver(impl, "unaligned_m")
+    M = aligned_if_waived(impl, case.ms[0], W, case.max_M)
     notes: list[CheckResult] = []
-    if unaligned_waived and M % W:
-        if M < W:
-            return [skipped("graph_replay", f"M={M} < W={W}; waived by the implementation: {unaligned_waived}",
-                            rank=r, per_example=True)]
-        notes.append(skipped("unaligned_m", f"graph at M={M - M % W} instead of M={M}: waived by the "
-                             f"implementation: {unaligned_waived}", rank=r, per_example=True))
-        M -= M % W
+    if M != case.ms[0]:
+        notes.append(skipped("unaligned_m", f"graph at M={M} instead of M={case.ms[0]}: waived by the "
+                             f"implementation: {waiver(impl, 'unaligned_m')}", rank=r, per_example=True))
     out_waived = waiver(impl, "out_param")
     S, n_valid, row0 = shard_rows(M, W), valid_rows(M, W, r), r * shard_rows(M, W)
     x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)

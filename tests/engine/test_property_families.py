@@ -92,3 +92,12 @@ def test_an_accepted_bad_call_says_whether_its_result_is_right(impl, right):
     for c in checks:
         assert c["extra"]["accepted_result_correct"] is right
         assert ("its result is right" if right else "its result is WRONG") in c["detail"]
+
+
+def test_aligned_m_for_a_waiving_implementation_stays_within_capacity():
+    from fuzz.execute import aligned_if_waived
+    from mutants.catalogue import AdapterStyleNoOut, UnalignedMRejected
+
+    assert aligned_if_waived(AdapterStyleNoOut, 3, 2, 511) == 3  # no waiver: M as drawn
+    assert [aligned_if_waived(UnalignedMRejected, m, 3, 1024) for m in (1, 4, 6, 1024)] == [3, 6, 6, 1023]
+    assert aligned_if_waived(UnalignedMRejected, 1025, 3) == 1026  # "over" stays over capacity
