@@ -44,3 +44,14 @@ def test_every_waivable_clause_is_honoured_by_the_gate():
     source = "\n".join(p.read_text() for p in sorted(families.glob("*.py")))
     for clause in CLAUSES:
         assert f'waiver(impl, "{clause}")' in source, f"clause {clause!r} is waivable but no family honours it"
+
+
+def test_async_tp_declares_its_path_and_needs_a_cuda_device():
+    from types import SimpleNamespace
+
+    import torch
+
+    assert TorchAsyncTpGemmRs.main_path == TorchAsyncTpUnalignedProbe.main_path == "torch-async-tp"
+    assert TorchAsyncTpGemmRs.fallback_path is None
+    support = TorchAsyncTpGemmRs.main_path_support(SimpleNamespace(device=torch.device("cpu")))
+    assert not support and "not a usable CUDA device" in support.reason
