@@ -2,7 +2,8 @@
 determines everything a rank does. The driver's Hypothesis strategies (:mod:`fuzz.strategies`) build
 cases; ranks rebuild inputs from the seed; :func:`repro_command` is the one command that reruns one.
 
-Families and what each checks (the verification model; names are property names in reports).
+Families (runners: fuzz.families.FAMILIES) and what each checks (the verification model; names are property
+names in reports).
 
 Every valid call, in every family (fuzz/families/calls.py):
           path_taken        (the path the call reported in last_path is the one the contract has serve it:
@@ -44,8 +45,6 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
-
-FAMILIES = ("compute", "capacity", "bad_call", "graph")  # the runners: fuzz.families.FAMILIES
 
 CAPACITY_BADS = ("zero", "over", "huge")  # the bad calls: fuzz.bad_calls.CAPACITY_CALLS
 
