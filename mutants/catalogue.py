@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from kernel import collectives
-from kernel.checks import check_m_in_range, check_operands
+from kernel.checks import check_m_in_range, check_operands, overlaps
 from kernel.unfused import UnfusedGemmRs
 
 # --- shared pieces ---------------------------------------------------------------------------------
@@ -506,6 +506,77 @@ class NoValidRowsSkipsCollective(UnfusedGemmRs):
         return super()._run(x, w, out, M)
 
 
+# --- path and result (issue 13) ------------------------------------------------------------------------
+
+
+class SilentFallback(UnfusedGemmRs):
+    """A silent fallback: the wrapper sends small M (< 128) to its unfused fallback without ``can_run``
+    saying so, and reports it honestly in ``last_path`` — a gate that only compares values passes it, and
+    has then gated the fallback, not the kernel it names (issue 13: fused on a host without the CuTe DSL
+    bundle passed the gate on the unfused path)."""
+
+    name = "mutant-silent-fallback"
+    main_path = "fast"
+    fallback_path = "unfused"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self.last_path = "unfused" if M < self.should_run_min_m else "fast"
+        return y
+
+
+class Fp32Result(UnfusedGemmRs):
+    """The result's dtype follows the accumulator: without ``out=`` the epilogue allocates its output in
+    fp32 (values right, bf16 contract broken: the caller's next op silently runs in fp32 or fails)."""
+
+    name = "mutant-fp32-result"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        return y if out is not None else y.float()
+
+
+class ShortResult(UnfusedGemmRs):
+    """A short result: without ``out=`` only the rank's valid rows are returned (``min(S, M - r*S)`` rows
+    instead of ``S = ceil(M/W)``), so shards of one call differ in shape across ranks and a caller that
+    concatenates or indexes by ``r*S`` reads the wrong rows."""
+
+    name = "mutant-short-result"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        return y if out is not None else y[: self.valid_rows(M)].clone()
+
+
+class ResultAliasesWorkspace(UnfusedGemmRs):
+    """The result aliases internal state: without ``out=`` the call returns a view of its reduce-scatter
+    shard buffer instead of a fresh tensor (saves an allocation and a copy); the caller's result is
+    overwritten by the next call."""
+
+    name = "mutant-result-aliases-workspace"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is not None:
+            return y
+        S = self.shard_rows(M)
+        self._shard[self.valid_rows(M) : S].zero_()  # padding rows zero, as a fresh result's
+        return self._shard[:S]
+
+
+class OutOverlappingWAccepted(UnfusedGemmRs):
+    """The aliasing check compares ``out`` with the activation only: an ``out`` that overlaps the weight
+    is accepted, and the epilogue's store overwrites the weight (the next layer, or the next call, reads
+    a corrupted weight)."""
+
+    name = "mutant-out-overlapping-w-accepted"
+
+    def validate(self, x, w, out):
+        if isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and overlaps(out, w):
+            w = torch.empty_like(w)  # every check of w, on a stand-in that does not overlap out
+        return super().validate(x, w, out)
+
+
 # --- the matrix --------------------------------------------------------------------------------------------
 
 
@@ -547,7 +618,12 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("NaNStickyInWorkspace", (2,), "nonfinite_pattern_matches (kinds alternate)"),
     MutantSpec("SmallTilesSkipped", (2,), "within_tolerance (small inputs)"),
     MutantSpec("OutputScaledSlightly", (2,), "bitwise_equal (exact mode)"),
-    MutantSpec("NoValidRowsSkipsCollective", (2,), "hang / wrong result"),
+    MutantSpec("NoValidRowsSkipsCollective", (2,), "hang / wrong result / path_taken (no path reported)"),
+    MutantSpec("SilentFallback", (2,), "path_taken"),
+    MutantSpec("Fp32Result", (2,), "result_contract"),
+    MutantSpec("ShortResult", (2,), "result_contract"),
+    MutantSpec("ResultAliasesWorkspace", (2,), "fresh_result / earlier_results_unchanged"),
+    MutantSpec("OutOverlappingWAccepted", (2,), "bad_call_rejected (out_overlaps_w)"),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
@@ -581,8 +657,10 @@ class AdapterStyleNoOut(UnfusedGemmRs):
             raise RuntimeError("library error: wrong device")
         if x.data_ptr() % 16:
             raise RuntimeError("library error: misaligned x")
+        if x.shape[1] != self.K:
+            raise RuntimeError("library error: x and the weight differ in K")
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != (self.N, self.K) or w.dtype != torch.bfloat16 \
-                or not w.is_contiguous():
+                or not w.is_contiguous() or w.device != self.device or w.data_ptr() % 16:
             raise RuntimeError("library error: bad weight")
         return int(x.shape[0])
 

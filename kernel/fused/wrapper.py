@@ -144,6 +144,8 @@ class FusedGemmRs(GemmRsImplementation):
     """The fused CuTe DSL implementation: GEMM at W == 1, GEMM + reduce-scatter at W in (2, 4, 8)."""
 
     name = "fused"
+    main_path = "fused"
+    fallback_path = "unfused"  # what can_run rejects runs UnfusedGemmRs (none with force_fused=True)
     #: Fault-injected build (names from :data:`KERNEL_FAULTS`); empty: the real kernel. Subclasses in
     #: ``mutants/kernel_faults.py`` set it; the ``faults=`` argument overrides it.
     faults: tuple = ()
@@ -165,6 +167,8 @@ class FusedGemmRs(GemmRsImplementation):
         self._faults = normalize_faults(type(self).faults if faults is None else faults)
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
         self.force_fused = bool(force_fused)
+        if self.force_fused:
+            self.fallback_path = None
         self._config = config
         self._small_m_config = small_m_config
         self._compiled = None  # (large, small): one compiled kernel per tile config, every M
@@ -180,17 +184,29 @@ class FusedGemmRs(GemmRsImplementation):
             self._fallback_impl()  # built now: a later call may be under CUDA-graph capture
 
     # --- eligibility ----------------------------------------------------------------------------
-    def _config_ineligibility(self) -> str | None:
+    def main_path_support(self) -> Eligibility:
+        """Whether this host can build the fused kernel at all: a CUDA device of capability 9.0,
+        nvidia-cutlass-dsl importable, torch symmetric memory for W > 1. Shapes and the group: ``can_run``."""
+        reason = self._host_ineligibility()
+        return Eligibility(reason is None, reason or "")
+
+    def _host_ineligibility(self) -> str | None:
         for reason in (
             check_cuda_device(self.device),
-            check_world_size(self.world_size),
-            check_dims(self.N, self.K),
             check_cutlass(),
             check_symmetric_memory(self.world_size),
         ):
             if reason is not None:
                 return reason
         return check_capability(self.device)
+
+    def _config_ineligibility(self) -> str | None:
+        return (
+            check_cuda_device(self.device)
+            or check_world_size(self.world_size)
+            or check_dims(self.N, self.K)
+            or self._host_ineligibility()
+        )
 
     def can_run(self, weight: torch.Tensor) -> Eligibility:
         """Whether the fused kernel supports ``weight`` and the group here; the reason when not."""
@@ -208,8 +224,8 @@ class FusedGemmRs(GemmRsImplementation):
             return result
         if self._compiled is None:
             raise RuntimeError("FusedGemmRs used after close()")
-        if out is None:
-            out = torch.empty(self.shard_rows(M), self.N, dtype=torch.bfloat16, device=self.device)
+        if out is None:  # a fresh result: its padding rows hold zeros (CONTRACT.md, "Result")
+            out = torch.zeros(self.shard_rows(M), self.N, dtype=torch.bfloat16, device=self.device)
         self._launch(x, w, out, M)
         self.last_path = "fused"
         return out
