@@ -4,11 +4,14 @@ Layout of each rank's symmetric buffer (bytes; every section 128-byte aligned)::
 
     [ partials: W*S_max rows x N bf16 ][ guard A ][ flags: u32 words ][ guard B ]
 
-* partials -- this rank's bf16 GEMM partial ``x_r @ w_r.T`` (rows 0..M-1 of a call); peers read it.
+* partials -- pull protocol: this rank's bf16 GEMM partial ``x_r @ w_r.T`` (rows 0..M-1 of a call); peers
+  read it. Push protocol: this rank's inbox, W slots of ``S_max`` rows; slot ``src`` receives rank src's
+  partial of this rank's shard (peers write it, this rank reads it).
 * guard A  -- red zone right after the partials (fixed int16 pattern, never written).
-* flags    -- u32 words (see :mod:`kernel.fused.gemm_rs` for semantics):
+* flags    -- u32 words (layout constants in :mod:`kernel.fused.config`; semantics in
+  :mod:`kernel.fused.rs_protocol` and the two kernels' design records):
   ``EPOCH_WORD`` (completed calls of this rank), ``FINISHED_WORD`` (CTAs done in the running call),
-  ``DONE_BASE + p`` (last epoch in which rank p finished reading this rank's partials),
+  ``DONE_BASE + p`` (last epoch in which rank p finished reading: pull, this rank's partials; push, its inbox),
   ``READY_BASE + src * slots + tile`` (epoch in which rank ``src``'s partial of ``tile`` is stored).
 * guard B  -- red zone right after the flags.
 
@@ -22,10 +25,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-EPOCH_WORD = 0
-FINISHED_WORD = 1
-DONE_BASE = 32  # W <= 32
-READY_BASE = 64
+from .config import DONE_BASE, EPOCH_WORD, FINISHED_WORD, MAX_WORLD_SIZE, READY_BASE
+
 GUARD_BYTES = 4096
 ALIGN = 128
 
@@ -49,8 +50,8 @@ class WorkspaceLayout:
     """Byte offsets of the sections for (W, max_M, N, slots)."""
 
     def __init__(self, world_size: int, max_M: int, N: int, slots: int):
-        if world_size > DONE_BASE:
-            raise ValueError(f"W={world_size} > {DONE_BASE} done slots")
+        if world_size > MAX_WORLD_SIZE:
+            raise ValueError(f"W={world_size} > {MAX_WORLD_SIZE}, the most ranks the flag area has done words for")
         self.world_size, self.N, self.slots = world_size, N, slots
         self.s_max = -(-max_M // world_size)
         self.partial_rows = world_size * self.s_max
@@ -99,3 +100,16 @@ class SymmetricWorkspace:
     def close(self) -> None:
         self.handle = None
         self.buf = self.partials = self.flags = None
+
+
+__all__ = [
+    "DONE_BASE",
+    "EPOCH_WORD",
+    "FINISHED_WORD",
+    "GUARD_BYTES",
+    "READY_BASE",
+    "SymmetricWorkspace",
+    "WorkspaceLayout",
+    "guard_words",
+    "tile_slots",
+]
