@@ -46,6 +46,18 @@ def tile_slots(max_M: int, N: int, tiles_mn: list[tuple[int, int]]) -> int:
     return max(-(-max_M // tm) * -(-N // tn) for tm, tn in tiles_mn)
 
 
+def use_cuda_backend(device) -> None:
+    """Symmetric memory from peer-mapped cuMem allocations (no NVSHMEM, no NVLS), unless a backend was
+    already chosen in this process (then it stays: torch fixes it at the first allocation)."""
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    try:
+        if symm_mem.get_backend(device) is None:
+            symm_mem.set_backend("CUDA")
+    except Exception:  # noqa: BLE001, S110 -- older torch, or a backend set elsewhere first: keep it
+        pass
+
+
 class WorkspaceLayout:
     """Byte offsets of the sections for (W, max_M, N, slots)."""
 
@@ -72,11 +84,7 @@ class SymmetricWorkspace:
 
         self.layout = layout
         self.device = device
-        try:
-            if symm_mem.get_backend(device) is None:
-                symm_mem.set_backend("CUDA")  # peer-mapped cuMem allocations, no NVSHMEM/NVLS
-        except Exception:  # noqa: BLE001, S110 -- older torch, or a backend set elsewhere first: keep it
-            pass
+        use_cuda_backend(device)
         self.buf = symm_mem.empty(layout.total, dtype=torch.uint8, device=device)
         L = layout
         self.partials = self.buf[: L.partial_rows * L.N * 2].view(torch.bfloat16).view(L.partial_rows, L.N)
@@ -112,4 +120,5 @@ __all__ = [
     "WorkspaceLayout",
     "guard_words",
     "tile_slots",
+    "use_cuda_backend",
 ]
