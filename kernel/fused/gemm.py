@@ -335,6 +335,20 @@ class HopperGemmBF16:
         mainloop_pipeline.producer_tail(producer_state)
 
     @cute.jit
+    def consumer_pipelines(self, tCrA: cute.Tensor):
+        """The consumer warpgroups' pipeline state, shared by every kernel: the read and release positions in
+        the TMA->wgmma ring, the k-blocks of a k-tile, and the bulk-group ring of the TMA-store epilogue."""
+        read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        num_k_blocks = cute.size(tCrA, mode=[2])
+
+        store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+        tma_store_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=self.epi_stage, producer_group=store_group
+        )
+        return read_state, release_state, num_k_blocks, tma_store_pipeline
+
+    @cute.jit
     def mma_tile(self, tiled_mma: cute.TiledMma, accumulators: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor,
                  mainloop_pipeline, read_state, release_state, num_k_blocks: cutlass.Constexpr):
         """The consumer warpgroups' mainloop of one tile, shared by every kernel: ``accumulators = A_tile @
@@ -392,14 +406,7 @@ class HopperGemmBF16:
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup
-            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            num_k_blocks = cute.size(tCrA, mode=[2])
-
-            store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-            tma_store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stage, producer_group=store_group
-            )
+            read_state, release_state, num_k_blocks, tma_store_pipeline = self.consumer_pipelines(tCrA)
 
             tile_idx = bidx
             tiles_done = cutlass.Int32(0)

@@ -205,14 +205,7 @@ class HopperGemmRsBF16(CrossRankGemm):
             if warp_idx == self.epi_store_warp_id:
                 self.wait_peers_done(my_flags, prev_epoch)
 
-            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            num_k_blocks = cute.size(tCrA, mode=[2])
-
-            store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-            tma_store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stage, producer_group=store_group
-            )
+            read_state, release_state, num_k_blocks, tma_store_pipeline = self.consumer_pipelines(tCrA)
 
             tile_idx = bidx
             tiles_done = cutlass.Int32(0)

@@ -23,6 +23,9 @@ tiled from their first row: tile (o, j, n) covers shard rows ``[j*BM, j*BM + BM)
 rows >= M are zero-filled). There are ``W * ceil(S/BM) * ceil(N/BN)`` tiles; a tile with no valid row
 (``j*BM >= n_o``: only at M < W*BM) is computed but neither stored nor signalled nor waited for.
 
+No tile straddles a shard boundary, so there are no boundary tiles to schedule early (the pull kernel's
+tiles do straddle: up to ``ceil(128 / S) + 1`` owners each).
+
 Tile order (every rank, its own rotation): linear index ``L`` -> step ``L // T`` (``T`` tiles per
 shard), owner ``(r + 1 + step) % W``: peers' shards first, each rank starting with the next rank's,
 so at any time the W ranks push to W different owners; the rank's own shard is the last T indices.
@@ -57,8 +60,11 @@ Flags (u32 words; ``epoch``, ``finished``, ``done`` and the spins are those of
     So a source never overwrites a partial its owner may still be reading: one inbox, no alternation.
 
 The sum (the owner's epilogue of an own tile, per accumulator element, in registers): the element's
-(row, col) comes from the MMA partition of an identity tensor; ``p_r = bf16(acc)`` (rounded as the
-partial a rank sends), ``p_src`` loaded from inbox slot ``src``; ``y = -0.0 + p_0 + p_1 + ... +
+(row, col) comes from the MMA partition of an identity tensor (elements pair adjacent columns, so a
+partial pair is one 4-byte ``ld.global.cg``: L2 only, never an L1 line loaded before its tile was
+signalled); ``p_r = bf16(acc)`` (rounded as the partial a rank sends), ``p_src`` loaded from inbox slot
+``src``; per column chunk the own pairs wait packed in registers while the accumulators become the
+running sums, and one loop over the sources serves every W (no spill, by ptxas's report); ``y = -0.0 + p_0 + p_1 + ... +
 p_{W-1}`` in fp32, rank order 0..W-1 whatever the arrival order (``-0.0`` is the exact identity of
 fp32 addition, so ``y`` is exactly the pull protocol's ``p_0 + ... + p_{W-1}``), rounded once to bf16
 by the epilogue. Hence bitwise repeatable, bitwise equal to the pull protocol, and bitwise equal to
@@ -89,6 +95,12 @@ issued, with no ``wait_group 0`` and no proxy fence: the owner can read the slot
 landed. ``wrong_inbox_slot``: a source pushes into slot ``(r+1) % W`` of the owner (the owner reads
 slot r). ``own_partial_skipped``: the owner sums the W-1 inbox partials without its own.
 
+Expected limits (to measure, ``bench/gpu_kernel_check.sh``). Every CTA pushes during the first
+(W-1)/W of its tiles, so NVLink must carry all (W-1)/W * M*N*2 bytes in that part of the GEMM: at W = 2
+twice the average rate of a transfer spread over the whole call. The deferred signal's ``wait_group 0``
+runs in the store warp, a consumer warp: if pushes lag behind the GEMM, the next tile's epilogue waits.
+Signalling two tiles later, or moving the signal to a warp of its own, are the next knobs.
+
 Measured: not yet (the lead's GPU run, ``bench/gpu_kernel_check.sh``).
 """
 
@@ -118,9 +130,10 @@ class HopperGemmRsPushBF16(CrossRankGemm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # The own tile's sum runs in column chunks: the own pairs of one chunk wait packed in registers
-        # next to the accumulators. Two chunks fit the consumers' register budget up to W = 8 (ptxas: no
-        # spill), four at W = 16 (the selp chains over 16 peers need registers too).
-        self.sum_chunks = 2 if self.world_size <= 8 else 4
+        # next to the accumulators. ptxas reports (``remarks{ptx}``, 4.8.1) no spill with two chunks up to
+        # W = 8 for 256-, 128- and 64x128 tiles; 224-wide tiles and W = 16 (selp chains over 16 peers) need
+        # four (two spill 20-32 bytes there).
+        self.sum_chunks = 2 if self.world_size <= 8 and self.config.tile_n != 224 else 4
 
     # --- host side --------------------------------------------------------------------------------
     @cute.jit
@@ -322,14 +335,7 @@ class HopperGemmRsPushBF16(CrossRankGemm):
             my_inbox = self.peer_addr(inbox_ptrs, rank)
             prev_epoch, epoch = self.call_epoch(my_flags)
 
-            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            num_k_blocks = cute.size(tCrA, mode=[2])
-
-            store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-            tma_store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stage, producer_group=store_group
-            )
+            read_state, release_state, num_k_blocks, tma_store_pipeline = self.consumer_pipelines(tCrA)
 
             tile_idx = bidx
             tiles_done = cutlass.Int32(0)

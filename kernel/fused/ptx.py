@@ -9,7 +9,7 @@ says what the design record (:mod:`kernel.fused.gemm_rs`) claims:
 * ``ld.relaxed.gpu`` / ``st.relaxed.gpu`` -- the epoch word, read at kernel start, written by the last CTA;
 * ``ld.global.v4.b32`` -- a 16-byte peer load of 8 bf16 partials (after an acquire + CTA barrier);
 * ``st.global.v4.b32`` -- 8 bf16 results into ``out``;
-* ``ld.global.b32`` (predicated) -- two bf16 inbox partials (push protocol);
+* ``ld.global.cg.b32`` (predicated) -- two bf16 inbox partials (push protocol);
 * ``cvt.rn.bf16x2.f32`` -- two accumulators rounded to their bf16 partials (push protocol);
 * ``add.rn.f32`` of bf16 widened by ``shl``/``and`` -- the rank-order sum (push protocol).
 
@@ -143,12 +143,14 @@ def st_f32x8_as_bf16(addr, vals, *, loc=None, ip=None) -> None:
 
 @dsl_user_op
 def ld_b32_if(addr, pred, *, loc=None, ip=None) -> Int32:
-    """If ``pred`` (i32, nonzero): the 4 bytes at ``addr`` (two bf16, an inbox partial pair); else 0 (no load)."""
+    """If ``pred`` (i32, nonzero): the 4 bytes at ``addr`` (two bf16, an inbox partial pair); else 0 (no load).
+    ``.cg``: cached in L2 only -- a partial is read once, and an L1 line holding columns of another (not yet
+    signalled) tile of the same call can never serve it."""
     return Int32(
         llvm.inline_asm(
             T.i32(),
             [_i64(addr, loc, ip), _i32(pred, loc, ip)],
-            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\tmov.b32 $0, 0;\n\t@p ld.global.b32 $0, [$1];\n\t}",
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\tmov.b32 $0, 0;\n\t@p ld.global.cg.b32 $0, [$1];\n\t}",
             "=r,l,r",
             has_side_effects=True, asm_dialect=0, loc=loc, ip=ip,
         )

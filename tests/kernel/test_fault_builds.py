@@ -41,7 +41,7 @@ REFERENCE_TOOLCHAIN = "4.8.1"
 # flag words are now addressed from the run-time rank (a selp chain over the W flag pointers, one more
 # kernel parameter); same flag and data instructions (counted by the tests below and by test_fused_rs.py).
 REFERENCE_SHA256_PULL_W2 = "8e721cf845ea07d82b255a5a2a6e6d53c315c5bd60fb3a9b77eaceb3f89fd827"
-REFERENCE_SHA256_PUSH_W2 = "a3251398ae524d8d54bc455574ad207ff7a2b4d2b3758adeddc57f0c7fb119fa"
+REFERENCE_SHA256_PUSH_W2 = "8ebcd17877321b61f48864fff9e75a4de0bf93a4cab982d1f5efb2b32c9a6c74"
 # The W == 1 GEMM. Exact hash since its consumer mainloop became the shared ``mma_tile`` helper; the
 # register-normalised hash (virtual register numbers and labels masked) is that of the kernel *before*
 # the helper: the same instructions in the same order -- the helper only changed the order of the
@@ -104,7 +104,7 @@ ST_RELAXED_GPU = r"st\.relaxed\.gpu\.global\.u32"
 LD_ACQUIRE = r"ld\.acquire\.sys\.global\.u32"
 PROXY_FENCE = r"fence\.proxy\.async\.global"
 STORE_COMPLETE = r"cp\.async\.bulk\.wait_group\s+0;"  # the write-complete wait before a signal
-LD_INBOX = r"ld\.global\.b32"
+LD_INBOX = r"ld\.global\.cg\.b32"
 SELECT_32 = r"selp\.b32"
 
 

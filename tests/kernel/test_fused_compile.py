@@ -191,7 +191,7 @@ def test_every_rs_build_has_the_memory_ordering_of_its_design_record(rs_builds):
         assert _after(ptx, r"cp\.async\.bulk\.wait_group\s+0;",
                       r"fence\.proxy\.async\.global[\s\S]*?st\.release\.sys\.global\.u32"), key
         if protocol == "push":
-            assert "ld.global.b32" in ptx and "cvt.rn.bf16x2.f32" in ptx, key  # inbox loads, own partials
+            assert "ld.global.cg.b32" in ptx and "cvt.rn.bf16x2.f32" in ptx, key  # inbox loads, own partials
             assert "ld.global.v4.b32" not in ptx, key  # no pull-style peer loads
         else:
             assert ptx.count("ld.global.v4.b32") == W, key
