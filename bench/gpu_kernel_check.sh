@@ -79,8 +79,13 @@ for f in "$out"/push-*.log; do
   [ -f "$f" ] && echo "--- $(basename "$f" .log): $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|verdict" "$f" | tail -2 | tr '\n' ' ')"
 done
 [ -f "$out/pushmutants.log" ] && { echo "--- push kill matrix"; tail -12 "$out/pushmutants.log"; }
-if grep -h "^== [A-Za-z0-9_.-]*: rc=" "$out"/gpu-check-*.out 2>/dev/null | grep -qv "rc=0$"; then
+rcs=$(grep -h "^== [A-Za-z0-9_.-]*: rc=" "$out"/gpu-check-*.out 2>/dev/null)
+if [ -z "$rcs" ]; then
+  echo "gpu_kernel_check: FAIL (no step ran)"
+  exit 1
+fi
+if grep -qv "rc=0$" <<<"$rcs"; then
   echo "gpu_kernel_check: FAIL"
   exit 1
 fi
-echo "gpu_kernel_check: PASS"
+echo "gpu_kernel_check: PASS ($(wc -l <<<"$rcs") steps)"
