@@ -159,6 +159,7 @@ class FusedGemmRs(GemmRsImplementation):
         self.force_fused = bool(force_fused)
         self._config = config
         self._small_m_config = small_m_config
+        self._tile_configs = None
         self._compiled = None  # one compiled kernel per tile config (self._configs()), every M and rank
         self._workspace = None
         self._slots = 0
@@ -236,16 +237,18 @@ class FusedGemmRs(GemmRsImplementation):
 
     def tile_configs(self) -> tuple:
         """The tile configs this instance compiles (largest first; ``config=`` / ``small_m_config=``
-        replace the first and the last)."""
-        from .tiles import kernel_configs
+        replace the first and the last). Fixed at the first use: a call only indexes it."""
+        if self._tile_configs is None:
+            from .tiles import kernel_configs
 
-        sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
-        configs = list(kernel_configs(self.protocol, sm_count))
-        if self._config is not None:
-            configs[0] = self._config
-        if self._small_m_config is not None:
-            configs[-1] = self._small_m_config
-        return tuple(configs)
+            sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
+            configs = list(kernel_configs(self.protocol, sm_count))
+            if self._config is not None:
+                configs[0] = self._config
+            if self._small_m_config is not None:
+                configs[-1] = self._small_m_config
+            self._tile_configs = tuple(configs)
+        return self._tile_configs
 
     def _compile(self):
         if self._compiled is None:
