@@ -38,18 +38,28 @@ Persistent tile scheduler: ``grid = min(num_tiles, sm_count)`` CTAs; CTA ``b`` p
 (M fastest inside a group) so that one wave touches a compact block of x rows and w rows (L2 reuse).
 Producer and consumers run the same deterministic schedule, no communication needed.
 
-Epilogue (:meth:`HopperGemmBF16.epilogue`, the part that part 2 replaces with the cross-rank
-reduce-scatter): per (128, 32) sub-tile, accumulators -> bf16 -> ``stmatrix`` into a 4-deep shared
-ring -> ``fence.proxy.async.shared::cta`` -> named barrier over the 256 consumer threads -> one
-thread issues the TMA store (bulk-group ring ``PipelineTmaStore``: a buffer is reused only after its
-store has read shared memory). The producer keeps prefetching the next tile during the epilogue.
+Epilogue (:meth:`HopperGemmBF16.epilogue`; the GEMM-RS kernels store partials through it, the push
+kernel into peers' inboxes through other TMA descriptors): per (128, 32) sub-tile, accumulators -> bf16
+-> ``stmatrix`` into a 4-deep shared ring -> ``fence.proxy.async.shared::cta`` -> named barrier over the
+256 consumer threads -> one thread issues the TMA store (bulk-group ring ``PipelineTmaStore``: a buffer
+is reused only after its store has read shared memory). The producer keeps prefetching the next tile
+during the epilogue.
 
 Shared memory (128x256x64 tile, bf16): 48 KiB per stage, 4 stages = 192 KiB, + 32 KiB epilogue ring
 + barriers, under the 227 KiB a CTA may use on H200. One CTA per SM.
 
 No ``multimem.*`` instruction is emitted (no multicast, cluster 1x1).
 
-Configs used by the wrapper: 128x256x64 (4 stages) and, for small M, 128x128x64 (6 stages).
+Configs used by the wrapper (:mod:`kernel.fused.tiles`, chosen per M): pull protocol 128x256x64 (4 stages)
+and 128x128x64 (6 stages); push protocol 128x256x64, 128x224x64 and 64x128x64 (one consumer warpgroup).
+
+Shared by every kernel (this GEMM and both GEMM + reduce-scatter kernels): ``host_setup``, ``prologue``,
+the producer warp ``produce`` (tile order through ``k_tiles_of``), the consumer pipelines
+(``consumer_pipelines``), the consumer mainloop of one tile (``mma_tile``) and the TMA-store ``epilogue``.
+``mma_tile`` returns the pipeline states and the caller's tile loop assigns them: CuTe DSL carries a
+value through a ``while`` loop only if the loop body assigns it or calls a method on it, so a helper that
+only advanced them would restart every tile at stage 0 (it compiles; the register-normalised PTX pin
+in ``tests/kernel/test_fault_builds.py`` catches it).
 
 Measured (one H200, torch 2.11 cu130, CUDA graphs of 10 calls with inputs rotated past L2, median of
 25; ``bench/bench_gemm.py``; TFLOP/s ours / torch.mm, ratio; outputs bitwise equal to torch.mm):
