@@ -121,8 +121,11 @@ def test_unsupported_world_size_is_a_clean_rejection():
     pool = RankPool(PoolSpec(impl="mutants.catalogue:PowerOfTwoGroupsOnly", world_size=3))
     try:
         report = pool.run(Case("compute", ms=[10], **SMALL))
-        assert report.passed, report.render()
-        assert report.property_names() == {"unsupported_config_rejected"}
+        # A rejected configuration is a skip with its reason, never a passing check.
+        assert not report.passed, report.render()
+        assert report.status == "skipped", report.render()
+        assert report.property_names() == {"unsupported_config"}
+        assert "W=3" in report.render()
     finally:
         pool.close()
 
