@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+
+from .status import Status
 
 PROFILES = {
     # profile: (HYPOTHESIS_PROFILE, examples override or None)
@@ -57,8 +60,12 @@ def _count_cases(out_dir: str) -> tuple[int, int]:
     for path in glob.glob(os.path.join(out_dir, "cases-*.jsonl")):
         with open(path) as f:
             for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line still being written
                 done += 1
-                failed += '"status": "passed"' not in line and '"status": "skipped"' not in line
+                failed += not Status(row["status"]).ok
     return done, failed
 
 

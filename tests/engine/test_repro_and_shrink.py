@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, find, settings
 
 from fuzz.case import Case, PoolSpec
 from fuzz.pool import RankPool
+from fuzz.status import Status
 from fuzz.strategies import compute_cases
 
 pytestmark = pytest.mark.multiproc
@@ -42,7 +43,7 @@ def test_shrinks_to_the_minimal_failing_case(broken_pool):
 
 def test_repro_line_reproduces_the_failure(broken_pool):
     report = broken_pool.run(Case("compute", seed=0, N=64, K=64, max_M=512, ms=[3]))
-    assert report.status == "failed"
+    assert report.status == Status.FAILED
     line = report.repro()
     assert line.startswith("python -O -m fuzz.repro " if sys.flags.optimize else "python -m fuzz.repro ")
     argv = shlex.split(line)
