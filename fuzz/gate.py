@@ -41,6 +41,10 @@ class FuzzFailure(AssertionError):
 
 #: (pool key, case JSON) -> the failing report of an example Hypothesis is still searching or shrinking
 _SEARCH_FAILURES: dict[tuple, CaseReport] = {}
+#: Re-run a failure on a fresh pool to label it. Kill sessions (mutants/stop_at_first_failure.py) turn it
+#: off: a kill needs the first failure, not its confirmation; the final replay then reports that failure
+#: as it was found (unlabelled) instead of starting one more pool per mutant.
+CONFIRM_FAILURES = True
 
 
 def hypothesis_phase() -> str:
@@ -52,28 +56,35 @@ def hypothesis_phase() -> str:
     return "final" if current_build_context().is_final else "search"
 
 
-def run_confirmed(pool: RankPool, case: Case, deadline: float | None = None, phase: str = "none") -> CaseReport:
+def run_confirmed(pool: RankPool, case: Case, deadline: float | None = None,
+                  phase: str = "none") -> tuple[CaseReport, bool]:
     """Run ``case``; a failure is re-run once on a fresh pool and labelled, except while Hypothesis
-    searches (``phase`` "search": remembered, and re-run when Hypothesis replays it as final)."""
+    searches (``phase`` "search": remembered, and re-run when Hypothesis replays it as final).
+    Returns the report to show and whether it is new (False: the remembered failure, recorded already)."""
     key = (pool.spec.key(), case.to_json())
     first = _SEARCH_FAILURES.pop(key, None) if phase == "final" else None
     if phase == "final":  # the search of this test is over: forget the examples it shrank past
         for stale in [k for k in _SEARCH_FAILURES if k[0] == key[0]]:
             del _SEARCH_FAILURES[stale]
+    if first is not None and not CONFIRM_FAILURES:
+        return first, False
     report = pool.run(case, deadline=deadline, fresh=first is not None)
     if first is not None:
-        return confirm(first, report)
+        return confirm(first, report), True
     if report.status.ok:
-        return report
+        return report, True
     if phase == "search":
         _SEARCH_FAILURES[key] = report
-        return report
-    return confirm(report, pool.run(case, deadline=deadline, fresh=True))
+        return report, True
+    if not CONFIRM_FAILURES:
+        return report, True
+    return confirm(report, pool.run(case, deadline=deadline, fresh=True)), True
 
 
 def check_case(pool: RankPool, case: Case, deadline: float | None = None) -> None:
-    report = run_confirmed(pool, case, deadline, hypothesis_phase())
-    record(report, os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0])
+    report, new = run_confirmed(pool, case, deadline, hypothesis_phase())
+    if new:
+        record(report, os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0])
     if report.status == Status.SKIPPED:
         if any(c.get("extra", {}).get("per_example") for c in report.skipped_checks()):
             from hypothesis import reject

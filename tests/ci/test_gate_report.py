@@ -17,12 +17,12 @@ from fuzz.summary import summarise
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _row(status="passed", W=2, seconds=1.0, checks=None, ms=(7,)):
+def _row(status="passed", W=2, seconds=1.0, checks=None, ms=(7,), impl="unfused", paths=None, **more):
     return {
-        "time": 0.0, "test": "fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W2]", "impl": "unfused",
+        "time": 0.0, "test": f"fuzz/test_gemm_rs.py::test_compute[{impl}-cpu-W2]", "impl": impl,
         "topology": "cpu", "world_size": W, "optimize": 1, "driver_optimize": 1,
         "case": {"family": "compute", "seed": 1, "N": 64, "K": 64, "max_M": 256, "ms": list(ms), "kind": "exact"},
-        "status": status, "seconds": seconds, "note": "",
+        "status": status, "seconds": seconds, "note": "", "paths": paths or {}, **more,
         "checks": checks if checks is not None else [
             {"name": "within_tolerance", "passed": status == "passed", "rank": 0,
              "extra": {"max_error_over_budget": 0.25}}],
@@ -51,7 +51,7 @@ def test_all_passed_is_pass_with_timing(tmp_path):
 
 
 def test_one_failed_case_fails_the_verdict_and_is_listed_with_its_repro(tmp_path):
-    _write(tmp_path, [_row(), _row(status="failed"), _row(status="hang", checks=[])])
+    _write(tmp_path, [_row(), _row(status="failed", ms=(3,)), _row(status="hang", checks=[], ms=(5,))])
     s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")  # even if pytest said 0
     assert s["verdict"] == "FAIL" and s["failed_cases"] == 2
     assert {f["repro"] for f in s["failures"]} == {"python -O -m fuzz.repro --case failed",
@@ -87,6 +87,69 @@ def test_whole_tests_pytest_skipped_are_listed(tmp_path):
     assert "test test_graph_replay: CUDA graphs need a GPU topology" in (tmp_path / "summary.md").read_text()
 
 
+def test_a_failure_rerun_on_a_fresh_pool_is_listed_once_with_its_label(tmp_path):
+    first = _row(status="failed", ms=(3,))
+    labelled = _row(status="failed", ms=(3,), reproducibility="reproducible", rerun_status="failed")
+    flaky = _row(status="failed", ms=(9,), reproducibility="flaky", rerun_status="passed")
+    _write(tmp_path, [_row(), first, labelled, _row(status="failed", ms=(9,)), flaky])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert s["failed_cases"] == 2 and s["verdict"] == "FAIL"
+    assert sorted((f["case"]["ms"][0], f["reproducibility"], f["rerun_status"]) for f in s["failures"]) == [
+        (3, "reproducible", "failed"), (9, "flaky", "passed")]
+    md = (tmp_path / "summary.md").read_text()
+    assert "failed (reproducible, re-run failed)" in md and "failed (flaky, re-run passed)" in md
+
+
+def _paths(*calls):
+    return {"0": [{"path": p, "expected": e, "reason": r} for p, e, r in calls],
+            "1": [{"path": p, "expected": e, "reason": r} for p, e, r in calls]}
+
+
+def test_the_header_shows_each_implementation_s_path_mix_with_legitimate_fallbacks(tmp_path):
+    fused = [_row(impl="fused", paths=_paths(("fused", "fused", ""))) for _ in range(7)]
+    fused.append(_row(impl="fused", paths=_paths(("unfused", "unfused", "W=3 is not supported (2, 4, 8)"))))
+    _write(tmp_path, fused + [_row(paths=_paths(("unfused", "unfused", ""), ("unfused", "unfused", "")))])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    mix = {m["impl"]: m for m in s["paths"]}
+    assert mix["fused"]["paths"] == {"fused": 14, "unfused": 2} and mix["fused"]["unexpected"] == 0
+    assert mix["fused"]["fallbacks"] == [{"reason": "unfused: W=3 is not supported (2, 4, 8)", "count": 2}]
+    md = (tmp_path / "summary.md").read_text()
+    assert ("- fused: 88% fused path, 12% unfused (legitimate fallback: 2 x W=3 is not supported (2, 4, 8)) "
+            "(16 calls)") in md
+    assert "- unfused: 100% unfused path (4 calls)" in md
+    assert s["verdict"] == "PASS"
+
+
+def test_a_silent_fallback_and_a_case_without_a_path_are_called_out(tmp_path):
+    _write(tmp_path, [_row(impl="fused", paths=_paths(("unfused", "fused", ""))), _row(impl="fused")])
+    (m,) = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")["paths"]
+    assert m["unexpected"] == 2 and m["cases_without_path"] == 1
+    md = (tmp_path / "summary.md").read_text()
+    assert "2 call(s) ran a path the contract says does not serve them" in md
+    assert "1 passed case(s) recorded no path" in md
+
+
+def test_an_implementation_with_no_passed_case_fails_the_gate(tmp_path):
+    skipped = [{"name": "unsupported_config", "passed": False, "skipped": True, "rank": 0, "detail": "W=2 unsupported"}]
+    _write(tmp_path, [_row(), _row(impl="my:Impl", status="skipped", checks=skipped)])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert s["verdict"] == "FAIL" and s["unchecked_implementations"] == ["my:Impl"]
+    assert "my:Impl: NOTHING CHECKED" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_test_that_failed_before_any_case_is_listed_with_pytest_s_reason(tmp_path):
+    _write(tmp_path, [_row()])
+    (tmp_path / "junit.xml").write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="fuzz.test_gemm_rs" name="test_compute[fused-unrunnable]">'
+        '<failure message="--impl fused cannot be gated here: needs a GPU">details</failure></testcase>'
+        '</testsuite></testsuites>')
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert s["test_failures"] == [{"test": "test_compute[fused-unrunnable]", "kind": "failure",
+                                   "message": "--impl fused cannot be gated here: needs a GPU"}]
+    assert "--impl fused cannot be gated here: needs a GPU" in (tmp_path / "summary.md").read_text()
+
+
 @pytest.mark.parametrize("rc, rows", [(1, [_row()]), (0, [])])
 def test_pytest_failure_or_no_cases_is_fail(tmp_path, rc, rows):
     _write(tmp_path, rows)
@@ -114,8 +177,30 @@ def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
     assert s["verdict"] == verdict and s["cases"] > 0 and s["environment"]["optimize_ranks"] == [1]
     if verdict == "FAIL":
         assert s["failures"] and all("fuzz.repro" in f["repro"] for f in s["failures"])
+        # the failure Hypothesis reported was re-run on a fresh pool and came back
+        assert any(f["reproducibility"] == "reproducible" for f in s["failures"]), s["failures"]
     else:
         assert s["failed_cases"] == 0 and s["timing"][0]["world_size"] == 2
+
+
+@pytest.mark.multiproc
+def test_fused_asked_for_on_a_cpu_host_fails_the_gate_with_the_reason(tmp_path):
+    """No GPU topology here: ``--impl fused`` must end FAIL saying why, never PASS and never "no tests"."""
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU topology: fused is gated on it")
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", "fused", "--out", str(out),
+         "--jobs", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "VERDICT: FAIL" in proc.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["verdict"] == "FAIL" and s["cases"] == 0
+    assert s["test_failures"] and all("--impl fused cannot be gated here" in f["message"] for f in s["test_failures"])
+    assert "--impl fused cannot be gated here" in (out / "summary.md").read_text()
 
 
 @pytest.mark.multiproc
