@@ -224,12 +224,14 @@ class RankPool:
         self.kill()
 
     def kill(self) -> None:
-        """SIGTERM, then SIGKILL, to every rank (and the group it leads, while provably ours) and to
-        torchrun's group (while unreaped); waits for all of them; reaps torchrun."""
+        """SIGKILL to every rank (and the group it leads, while provably ours) and to torchrun's group
+        (while unreaped); waits for all of them; reaps torchrun. Nothing in a pool is worth a graceful
+        exit, except under a sanitizer: SIGTERM first, so it can write what it found."""
         for ch in self.chans.values():
             ch.close()
         self.chans = {}
-        for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
+        steps = ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)) if self.spec.sanitizer else ((signal.SIGKILL, 10.0),)
+        for sig, wait_s in steps:
             for p in self.procs.values():
                 p.signal_group(sig)
             if self.proc is not None and self.proc.returncode is None:

@@ -162,7 +162,7 @@ def test_default_pools_per_gpu():
 
 @pytest.mark.multiproc
 @pytest.mark.parametrize("impl, verdict, rc", [("unfused", "PASS", 0),
-                                               ("mutants.catalogue:DroppedRankOddM", "FAIL", 1)])
+                                               ("mutants.catalogue:WrongDtypeAccepted", "FAIL", 1)])
 def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
     out = tmp_path / "report"
     proc = subprocess.run(
@@ -177,8 +177,13 @@ def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
     assert s["verdict"] == verdict and s["cases"] > 0 and s["environment"]["optimize_ranks"] == [1]
     if verdict == "FAIL":
         assert s["failures"] and all("fuzz.repro" in f["repro"] for f in s["failures"])
-        # the failure Hypothesis reported was re-run on a fresh pool and came back
-        assert any(f["reproducibility"] == "reproducible" for f in s["failures"]), s["failures"]
+        # the failure Hypothesis reported was shrunk to the simplest bad call (every bad call at M=1 on the
+        # smallest shape, seed 0), re-run on a fresh pool and came back
+        (final,) = [f for f in s["failures"] if f["reproducibility"]]
+        assert final["reproducibility"] == "reproducible" and final["rerun_status"] == "failed", final
+        assert {k: final["case"][k] for k in ("family", "bad", "ms", "seed", "N", "K")} == {
+            "family": "bad_call", "bad": "all", "ms": [1], "seed": 0, "N": 64, "K": 64}, final
+        assert "(reproducible, re-run failed)" in (out / "summary.md").read_text()
     else:
         assert s["failed_cases"] == 0 and s["timing"][0]["world_size"] == 2
 
