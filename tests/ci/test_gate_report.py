@@ -36,6 +36,13 @@ def _write(tmp_path, rows):
             f.write(json.dumps(r) + "\n")
 
 
+def _junit(tmp_path, *testcases):
+    """junit.xml with ``(name, inner XML)`` test cases of fuzz/test_gemm_rs.py."""
+    body = "".join(f'<testcase classname="fuzz.test_gemm_rs" name="{name}">{inner}</testcase>'
+                   for name, inner in testcases)
+    (tmp_path / "junit.xml").write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+
+
 def test_all_passed_is_pass_with_timing(tmp_path):
     _write(tmp_path, [_row(seconds=s) for s in (1.0, 2.0, 3.0, 10.0)])
     s = summarise(str(tmp_path), pytest_rc=0, seconds=20.0, profile="smoke")
@@ -75,13 +82,9 @@ def test_skipped_checks_are_listed_not_passed(tmp_path):
 
 def test_whole_tests_pytest_skipped_are_listed(tmp_path):
     _write(tmp_path, [_row()])
-    (tmp_path / "junit.xml").write_text(
-        '<testsuites><testsuite name="pytest">'
-        '<testcase classname="fuzz.test_gemm_rs" name="test_graph_replay[unfused-cpu-W1]">'
-        '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" /></testcase>'
-        '<testcase classname="fuzz.test_gemm_rs" name="test_graph_replay[unfused-cpu-W2]">'
-        '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" /></testcase>'
-        '<testcase classname="fuzz.test_gemm_rs" name="test_compute[unfused-cpu-W1]" /></testsuite></testsuites>')
+    skip = '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" />'
+    _junit(tmp_path, ("test_graph_replay[unfused-cpu-W1]", skip), ("test_graph_replay[unfused-cpu-W2]", skip),
+           ("test_compute[unfused-cpu-W1]", ""))
     s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
     assert {"reason": "test test_graph_replay: CUDA graphs need a GPU topology", "count": 2} in s["skipped"]
     assert "test test_graph_replay: CUDA graphs need a GPU topology" in (tmp_path / "summary.md").read_text()
@@ -139,11 +142,8 @@ def test_an_implementation_with_no_passed_case_fails_the_gate(tmp_path):
 
 def test_a_test_that_failed_before_any_case_is_listed_with_pytest_s_reason(tmp_path):
     _write(tmp_path, [_row()])
-    (tmp_path / "junit.xml").write_text(
-        '<testsuites><testsuite name="pytest">'
-        '<testcase classname="fuzz.test_gemm_rs" name="test_compute[fused-unrunnable]">'
-        '<failure message="--impl fused cannot be gated here: needs a GPU">details</failure></testcase>'
-        '</testsuite></testsuites>')
+    _junit(tmp_path, ("test_compute[fused-unrunnable]",
+                      '<failure message="--impl fused cannot be gated here: needs a GPU">details</failure>'))
     s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
     assert s["test_failures"] == [{"test": "test_compute[fused-unrunnable]", "kind": "failure",
                                    "message": "--impl fused cannot be gated here: needs a GPU"}]

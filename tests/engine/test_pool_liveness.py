@@ -32,6 +32,13 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _next_case_passes_on_a_fresh_pool(pool: RankPool) -> None:
+    assert not pool.alive  # killed right after the case, not when the next one comes
+    after = pool.run(Case("compute", ms=[5], **SMALL), deadline=60)
+    assert after.passed, after.render()
+    assert pool.starts == 2
+
+
 def test_hang_reports_every_rank_stack_then_pool_restarts():
     pool = RankPool(PoolSpec(impl="mutants.catalogue:HangOnM", world_size=2))
     try:
@@ -42,10 +49,7 @@ def test_hang_reports_every_rank_stack_then_pool_restarts():
         assert "reduce_scatter" in report.stacks[1]  # rank 1 waits in the collective for rank 0
         text = report.render()
         assert "--- rank 0 stacks ---" in text and "REPRO: python -m fuzz.repro" in text
-        assert not pool.alive
-        after = pool.run(Case("compute", ms=[5], **SMALL), deadline=60)
-        assert after.passed, after.render()
-        assert pool.starts == 2
+        _next_case_passes_on_a_fresh_pool(pool)
     finally:
         pool.close()
 
@@ -105,10 +109,7 @@ def test_a_rank_exception_that_blocks_its_peer_is_reported_quickly_as_that_excep
         assert text.index(exc) < text.index("--- rank 0 stacks ---"), "the exception comes first"
         assert 1 not in report.ranks and f"rank(s) [1] gave no result within {GRACE_S:g}s after rank 0" in report.note
         assert set(report.stacks) == {0, 1} and "reduce_scatter" in report.stacks[1], report.stacks
-        assert not pool.alive
-        after = pool.run(Case("compute", ms=[5], **SMALL), deadline=60)
-        assert after.passed, after.render()
-        assert pool.starts == 2
+        _next_case_passes_on_a_fresh_pool(pool)
     finally:
         pool.close()
 
