@@ -327,6 +327,7 @@ class RankPool:
                         self.chans[key.data].fill()
                     except ChannelClosed:
                         closed.append(key.data)
+                        sel.unregister(key.fileobj)  # at EOF for good: never select it again
                 take()  # a result sent just before its channel closed still counts
                 dead = sorted(set(closed) & waiting)
                 if dead:

@@ -156,6 +156,20 @@ def test_pytest_failure_or_no_cases_is_fail(tmp_path, rc, rows):
     assert summarise(str(tmp_path), pytest_rc=rc, seconds=1.0, profile="ci")["verdict"] == "FAIL"
 
 
+def test_progress_counts_cases_and_failures_from_the_records(tmp_path):
+    from fuzz.campaign import _count_cases
+    from fuzz.case import Case, PoolSpec
+    from fuzz.record import case_row
+    from fuzz.report import CaseReport
+    from fuzz.status import Status
+
+    rows = [case_row(CaseReport(Case("compute", seed=1, N=64, K=64, max_M=256), PoolSpec(), status))
+            for status in (Status.PASSED, Status.FAILED, Status.SKIPPED, Status.HANG)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "cases-gw0.jsonl").write_text(text + text[:40])  # and a line still being written
+    assert _count_cases(str(tmp_path)) == (4, 2)
+
+
 def test_default_pools_per_gpu():
     assert [default_pools_per_gpu(c) for c in (1, 2, 8, 16, 128)] == [1, 1, 2, 4, 4]
 
