@@ -9,11 +9,12 @@ A case whose every check was skipped is recorded (with the reasons) and then:
   the reason, never counted as passed.
 
 A failing case is re-run once on a fresh pool and labelled reproducible or flaky
-(:func:`fuzz.verdict.confirm`). Only the failure Hypothesis reports is re-run: while Hypothesis searches
-and shrinks, a failing example is recorded as it is (its pool is killed and restarted, nothing more),
-and when Hypothesis replays the final, shrunk example (``is_final``) that replay is the re-run, on a
-fresh pool, judged against the failure remembered from the search. Shrinking costs no extra runs; the
-final failure costs one. Outside Hypothesis (a plain call) the re-run follows the failure at once.
+(:func:`fuzz.verdict.confirm`). Only the failure Hypothesis reports is re-run, not every failing example
+of the search and the shrinking (that would double the cost of shrinking): those are recorded as they
+are (their pool is killed and the next example starts a fresh one, nothing more). Hypothesis always
+replays its final, shrunk failure once more (``is_final``) before reporting it; that replay *is* the
+re-run — on a fresh pool, judged against the failure remembered from the search — so confirming costs no
+extra case, only the fresh pool. Outside Hypothesis (a plain call) the re-run follows the failure at once.
 """
 
 from __future__ import annotations

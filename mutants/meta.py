@@ -177,6 +177,19 @@ def command(tgts: list[Target], optimize: int) -> list[str]:
                  "-p", "mutants.stop_at_first_failure"]
 
 
+#: The test whose family checks a property (any other: test_compute): a mutant's expected properties pick
+#: which of its tests run first in a kill session (mutants/stop_at_first_failure.py); all of them still run
+#: until one catches it.
+PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "test_bad_call",
+                 "graph_replay": "test_graph_replay"}
+
+
+def kill_order(tgts: list[Target]) -> dict[str, list[str]]:
+    """impl -> the tests to run first: those of its expected properties, in the catalogue's order."""
+    return {t.impl: list(dict.fromkeys(PROPERTY_TEST.get(e, "test_compute") for e in t.expected))
+            for t in tgts if t.expected}
+
+
 #: Relative cost of the correct implementation's run (every example of every test) to a mutant's.
 CORRECT_WEIGHT = 6
 
@@ -211,6 +224,7 @@ def run_session(tgts: list[Target], optimize: int, profile: str = "ci", timeout:
     env.update(HYPOTHESIS_PROFILE=profile, GEMM_RS_REPORT_DIR=report_dir,
                PYTHONPATH=os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p))
     env.setdefault("GEMM_RS_CASE_DEADLINE", str(KILL_CASE_DEADLINE_S))
+    env["GEMM_RS_KILL_ORDER"] = json.dumps(kill_order(tgts))
     override = _examples_override(tgts[0], profile)
     if override:
         env.setdefault("GEMM_RS_EXAMPLES", override)

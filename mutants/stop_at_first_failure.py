@@ -10,7 +10,11 @@ process, ``-n 0``) runs the fuzz suite against many implementations (``--impl a,
    (``fuzz.gate.CONFIRM_FAILURES``).
 2. A combination's first failing test stops it: its later tests are skipped ("already caught by ...")
    instead of ``-x`` stopping the whole session.
-3. Every test's outcome is appended, as it happens, as one JSON line per phase to
+3. A combination's tests run in the order ``$GEMM_RS_KILL_ORDER`` gives for its implementation (JSON:
+   impl -> test names to run first; the kill matrix puts first the tests of the properties the catalogue
+   expects to catch it), the others after them in file order: the same tests, cheaper to the first catch
+   (a mutant only bad calls catch does not wait for 52 passing compute and capacity cases first).
+4. Every test's outcome is appended, as it happens, as one JSON line per phase to
    ``$GEMM_RS_REPORT_DIR/outcomes-<worker>.jsonl`` (test id, gate, phase, outcome, duration, message):
    the kill matrix reads it beside the case records, and it survives a session killed for time.
 """
@@ -45,6 +49,24 @@ def _gate(item) -> tuple | None:
     callspec = getattr(item, "callspec", None)
     gate = callspec.params.get("gate") if callspec is not None else None
     return tuple(gate) if gate is not None else None
+
+
+def pytest_collection_modifyitems(config, items):
+    first = json.loads(os.environ.get("GEMM_RS_KILL_ORDER") or "{}")
+
+    def rank(item) -> int:
+        gate = _gate(item)
+        wanted = first.get(gate[0], []) if gate else []
+        name = getattr(item, "originalname", item.name)
+        return wanted.index(name) if name in wanted else len(wanted)
+
+    start = 0
+    while start < len(items):  # reorder within each run of one combination's tests, keeping the runs
+        end = start
+        while end < len(items) and _gate(items[end]) == _gate(items[start]):
+            end += 1
+        items[start:end] = sorted(items[start:end], key=rank)
+        start = end
 
 
 def pytest_runtest_setup(item):

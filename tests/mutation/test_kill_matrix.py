@@ -156,6 +156,13 @@ def test_records_of_other_targets_are_not_mixed_in():
     assert o.verdict == meta.Verdict.SURVIVED and o.cases == 1
 
 
+def test_a_mutant_s_expected_properties_pick_which_tests_run_first():
+    order = meta.kill_order(meta.targets(["CapacityAsAssert", "WorkQueuedBeforeCheck", "DroppedRankOddM"]))
+    assert order == {"mutants.catalogue:CapacityAsAssert": ["test_capacity"],
+                     "mutants.catalogue:WorkQueuedBeforeCheck": ["test_capacity", "test_bad_call"],
+                     "mutants.catalogue:DroppedRankOddM": ["test_compute"]}  # the correct one: file order
+
+
 def test_sessions_share_the_work_and_keep_world_size_sets_apart():
     tgts = meta.targets(profile="ci")
     sessions = meta._sessions(tgts, "ci", 2)
