@@ -202,7 +202,7 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
         for k, v in sorted(table.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
     ]
     summary = {
-        "schema": "gemm-rs-gate-summary/1",
+        "schema": "gemm-rs-gate-summary/2",
         "timing": timing(cases),
         "verdict": verdict,
         "profile": profile,

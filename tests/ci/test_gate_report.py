@@ -53,7 +53,7 @@ def test_all_passed_is_pass_with_timing(tmp_path):
     assert cell["cases"] == 4 and cell["failures"] == 0 and cell["worst_over_budget"] == 0.25
     md = (tmp_path / "summary.md").read_text()
     assert "VERDICT: PASS" in md and "median s/case" in md
-    assert json.loads((tmp_path / "summary.json").read_text())["schema"] == "gemm-rs-gate-summary/1"
+    assert json.loads((tmp_path / "summary.json").read_text())["schema"] == "gemm-rs-gate-summary/2"
     assert (tmp_path / "coverage.png").stat().st_size > 1000
 
 
