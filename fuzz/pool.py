@@ -97,11 +97,8 @@ class RankProcess:
 
     def signal_group(self, sig: int) -> None:
         """``sig`` to the rank's process group while its leader is provably alive, and to the rank."""
-        if self.leader_fd is not None and not _fd_exited(self.leader_fd):
-            try:
-                os.killpg(self.pgid, sig)  # the leader is alive and ours: the group id is still its group's
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.leader_fd is not None:
+            killpg_while_alive(self.leader_fd, self.pgid, sig)
         self.signal(sig)
 
     def close(self) -> None:
@@ -402,6 +399,19 @@ def first_failure(torchrun_log: str) -> tuple[int, int] | None:
     rank = re.search(r"rank\s*:\s*(\d+)", root[1])
     code = re.search(r"exitcode\s*:\s*(-?\d+)", root[1])
     return (int(rank.group(1)), int(code.group(1))) if rank and code else None
+
+
+def killpg_while_alive(leader_fd: int, pgid: int, sig: int) -> bool:
+    """``sig`` to process group ``pgid`` only while its leader, pinned by the pidfd ``leader_fd`` (opened
+    while the leader was provably ours), has not exited: the group id is then still that group's, never a
+    reused pid's. False when the leader is gone (nothing signalled)."""
+    if _fd_exited(leader_fd):
+        return False
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _descends_from(pid: int, ancestor: int, max_depth: int = 8) -> bool:

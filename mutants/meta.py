@@ -50,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
+from fuzz.pool import killpg_while_alive
 from fuzz.status import Status
 
 from .catalogue import CATALOGUE
@@ -69,7 +70,7 @@ SESSION_TIMEOUT_S = {"ci": (300, 120), "nightly": (1800, 900)}
 #: The correct implementation's nightly session gets the full nightly profile.
 NIGHTLY_MUTANT_EXAMPLES = 100
 
-_LIVE: set[subprocess.Popen] = set()  # running kill sessions, killed if the runner itself is stopped
+_LIVE: dict[subprocess.Popen, int] = {}  # running kill sessions -> pidfd; killed if the runner is stopped
 
 # Environment of the calling pytest that must not leak into the child suite.
 _SCRUB = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST",
@@ -235,16 +236,18 @@ def run_session(tgts: list[Target], optimize: int, profile: str = "ci", timeout:
     t0 = time.perf_counter()
     proc = subprocess.Popen(command(tgts, optimize), cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    _LIVE.add(proc)
+    leader = os.pidfd_open(proc.pid)  # not reaped yet: this is our session's leader
+    _LIVE[proc] = leader
     try:
         text, _ = proc.communicate(timeout=timeout)
         timed_out = False
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        _kill_group(proc, leader)
         text, _ = proc.communicate()
         timed_out = True
     finally:
-        _LIVE.discard(proc)
+        del _LIVE[proc]
+        os.close(leader)
     wall = time.perf_counter() - t0
     try:
         rows, tests = _jsonl(report_dir, "cases-*.jsonl"), _jsonl(report_dir, "outcomes-*.jsonl")
@@ -258,15 +261,11 @@ def run_one(target: Target, optimize: int, profile: str = "ci", timeout: float |
     return run_session([target], optimize, profile, timeout=timeout)[0]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM then SIGKILL to a kill session's process group; only while the session (our child, the
-    group's leader) is unreaped, so the group id is provably still its own."""
+def _kill_group(proc: subprocess.Popen, leader: int) -> None:
+    """SIGTERM then SIGKILL to a kill session's process group, only while its leader (pinned by the pidfd
+    ``leader``) is alive, so the group id is provably still the session's."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.returncode is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+        if not killpg_while_alive(leader, proc.pid, sig):
             return
         try:
             proc.wait(timeout=10)
@@ -418,8 +417,8 @@ def run_matrix(tgts: list[Target], optimize_levels=(0,), profile: str = "ci", jo
     except BaseException:  # interrupted: no kill session may outlive the runner
         for fut in futures:
             fut.cancel()
-        for proc in list(_LIVE):
-            _kill_group(proc)
+        for proc, leader in list(_LIVE.items()):
+            _kill_group(proc, leader)
         raise
     finally:
         ex.shutdown(wait=True, cancel_futures=True)

@@ -155,6 +155,27 @@ def test_kill_signals_the_pinned_ranks_never_a_pid_reported_at_hello():
         bystander.wait()
 
 
+def test_a_process_group_is_signalled_only_while_its_pinned_leader_lives():
+    import signal
+    import subprocess
+    import sys
+
+    from fuzz.pool import killpg_while_alive
+
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    fd = os.pidfd_open(leader.pid)
+    try:
+        assert killpg_while_alive(fd, leader.pid, 0)  # alive: its group is signalled
+        leader.kill()
+        leader.wait()
+        # exited and reaped: its pid may be anyone's now, so nothing is signalled
+        assert not killpg_while_alive(fd, leader.pid, signal.SIGKILL)
+    finally:
+        os.close(fd)
+        if leader.poll() is None:
+            leader.kill()
+
+
 def test_no_orphans_after_close():
     pool = RankPool(PoolSpec(impl="unfused", world_size=3))
     pool.start()
