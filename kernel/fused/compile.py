@@ -230,8 +230,11 @@ def _read_ptx(fn) -> str:
 
 # --- the host-wide cache (opt-in) ----------------------------------------------------------------------
 def kernel_cache_dir() -> str | None:
-    """The host-wide kernel cache directory (``GEMM_RS_KERNEL_CACHE_DIR``), or None when it is off."""
-    return os.environ.get(KERNEL_CACHE_ENV) or None
+    """The host-wide kernel cache directory (``GEMM_RS_KERNEL_CACHE_DIR``), or None when it is off
+    (unset, empty or ``none``). The gate turns it on for its GPU rank pools by default
+    (:func:`fuzz.topology.rank_env`); a library user opts in."""
+    value = os.environ.get(KERNEL_CACHE_ENV, "")
+    return None if value.lower() in ("", "none", "off") else value
 
 
 def cutlass_dsl_version() -> str:
