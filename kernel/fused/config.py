@@ -66,6 +66,27 @@ PROTOCOLS = ("pull", "push")
 #: The protocol ``FusedGemmRs`` uses unless told otherwise: the one proven on the GPU.
 DEFAULT_PROTOCOL = "pull"
 
+#: Tile orders of the push kernel (:mod:`kernel.fused.push_order`). ``interleaved``: a lead of one wave of
+#: pushes, then own tiles interleaved with the pushes (the transfer spread over the whole GEMM; for one GPU
+#: per rank). ``push_first``: every push, then every own tile (for ranks time-slicing one GPU: a rank never
+#: waits before all its pushes are out, so a call needs two rounds of time slices, not one per wave).
+PUSH_ORDERS = ("interleaved", "push_first")
+#: Epilogue ring of the push protocol's tile configs, in (tile_m x 32) sub-tiles: a whole 128x256 tile, so
+#: that the consumer warps write a pushed tile into shared memory and go on with the next mainloop while the
+#: TMA engine drains it over NVLink (the mainloop keeps 3 stages instead of 4 for it).
+PUSH_EPI_STAGES = 8
+#: Measurement-only builds of the push protocol (``bench/bench_gemm_rs.py``'s A/B columns; never a result):
+#: name -> what it changes. ``no_mma`` is a compile-time switch of the kernel (part of the compile key); the
+#: others are the wrapper's (launch arguments, tile configs).
+PUSH_EXPERIMENTS = {
+    "local_push": "every push goes into this rank's own inbox instead of the owner's (the launcher passes the "
+                  "own workspace as every peer's): the same kernel with TMA stores at local speed; flags as "
+                  "usual, the sums read stale inboxes",
+    "no_mma": "no mainloop (no A/B loads, zero accumulators): the pushes, flags and sums alone",
+    "ring4": "the push tile configs with a 4-deep epilogue ring and 4 mainloop stages (the first iteration's)",
+}
+KERNEL_EXPERIMENTS = ("no_mma",)
+
 #: A cross-rank wait that sees no progress for this long executes ``trap`` (a CUDA error, not a hang).
 SPIN_TIMEOUT_S = 60.0
 #: Backoff of a spinning lane between two polls of a flag.
@@ -74,6 +95,7 @@ SPIN_SLEEP_NS = 64
 # Flag area: u32 words in every rank's symmetric workspace (semantics in the kernels' design records).
 EPOCH_WORD = 0  # calls this rank has completed (device-side epoch)
 FINISHED_WORD = 1  # CTAs of the running call that are done
+DEVICE_WORD = 2  # an id of this rank's GPU, written at construction (which ranks share a GPU; host-read only)
 DONE_BASE = 32  # DONE_BASE + p: last epoch in which rank p finished reading (pull: our partials; push: its inbox)
 READY_BASE = 64  # READY_BASE + src * slots + tile: epoch in which src's partial of tile is in place
 if MAX_WORLD_SIZE > READY_BASE - DONE_BASE:
@@ -125,6 +147,15 @@ def normalize_faults(faults, protocol: str | None = None) -> frozenset:
     return names
 
 
+def check_push_build(order: str, experiment: str = "") -> None:
+    """``ValueError`` unless ``order`` is one of :data:`PUSH_ORDERS` and ``experiment`` is empty or one of
+    :data:`PUSH_EXPERIMENTS`."""
+    if order not in PUSH_ORDERS:
+        raise ValueError(f"unknown push order {order!r}: one of {list(PUSH_ORDERS)}")
+    if experiment and experiment not in PUSH_EXPERIMENTS:
+        raise ValueError(f"unknown push experiment {experiment!r}: one of {list(PUSH_EXPERIMENTS)}")
+
+
 def check_protocol(protocol: str) -> str:
     """``protocol`` if it names one of :data:`PROTOCOLS`; else ``ValueError``."""
     if protocol not in PROTOCOLS:
@@ -137,21 +168,27 @@ __all__ = [
     "TILE_N_CHOICES",
     "DEFAULT_ARCH",
     "DEFAULT_PROTOCOL",
+    "DEVICE_WORD",
     "DONE_BASE",
     "EPOCH_WORD",
     "FAULT_PROTOCOL",
     "FINISHED_WORD",
     "FUSED_WORLD_SIZES",
+    "KERNEL_EXPERIMENTS",
     "KERNEL_FAULTS",
     "K_TILE",
     "MAX_WORLD_SIZE",
     "N_ALIGN",
     "PROTOCOLS",
+    "PUSH_EPI_STAGES",
+    "PUSH_EXPERIMENTS",
+    "PUSH_ORDERS",
     "READY_BASE",
     "SMEM_CAPACITY_SM90",
     "SPIN_SLEEP_NS",
     "SPIN_TIMEOUT_S",
     "SUPPORTED_CAPABILITY",
     "check_protocol",
+    "check_push_build",
     "normalize_faults",
 ]

@@ -112,9 +112,14 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, Int64
 
-from . import ptx
-from .config import READY_BASE
+from . import ptx, push_order
+from .config import KERNEL_EXPERIMENTS, READY_BASE, check_push_build
 from .rs_protocol import CrossRankGemm
+
+
+def _select(cond, a, b) -> Int32:
+    """``select`` of :mod:`kernel.fused.push_order` for traced ``Int32`` values."""
+    return Int32(cutlass.select_(cond, Int32(a), Int32(b)))
 
 
 class HopperGemmRsPushBF16(CrossRankGemm):
@@ -127,8 +132,12 @@ class HopperGemmRsPushBF16(CrossRankGemm):
 
     protocol = "push"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, order: str = "interleaved", experiment: str = "", **kwargs):
         super().__init__(*args, **kwargs)
+        check_push_build(order, experiment)
+        if experiment and experiment not in KERNEL_EXPERIMENTS:
+            raise ValueError(f"push experiment {experiment!r} is not a kernel build (the wrapper's)")
+        self.order, self.experiment = order, experiment
         # The own tile's sum runs in column chunks: the own pairs of one chunk wait packed in registers
         # next to the accumulators. ptxas reports (``remarks{ptx}``, 4.8.1) no spill with two chunks up to
         # W = 8 for 256-, 128- and 64x128 tiles; 224-wide tiles and W = 16 (selp chains over 16 peers) need
@@ -198,13 +207,18 @@ class HopperGemmRsPushBF16(CrossRankGemm):
     # --- device side: the tile order --------------------------------------------------------------
     @cute.jit
     def push_tile_coord(self, tile_idx: Int32, schedule):
-        """Linear tile index -> (owner, shard-local m tile, n tile): peers' shards first (from rank + 1
-        on), own shard last; grouped raster inside a shard."""
-        mt_per_shard, rank = schedule[1], schedule[2]
-        per_owner = mt_per_shard * self.num_n_tiles
-        step = tile_idx // per_owner
+        """CTA slot ``tile_idx`` (``bidx + wave * grid``) -> (owner, shard-local m tile, n tile): the
+        position in the build's order (:mod:`kernel.fused.push_order`; ``interleaved``: lead of one wave,
+        waves rotated; ``push_first``: no lead limit, no rotation), then the grouped raster inside a shard."""
+        mt_per_shard, rank, gdim, num_tiles = schedule[1], schedule[2], schedule[5], schedule[6]
+        interleaved = self.order == "interleaved"
+        position = push_order.slot_position(tile_idx, gdim, num_tiles, interleaved, _select)
+        lead = num_tiles
+        if cutlass.const_expr(interleaved):
+            lead = gdim
+        step, k = push_order.tile_at(position, mt_per_shard * self.num_n_tiles, self.world_size, lead, _select)
         owner = (rank + 1 + step) % self.world_size
-        j, n = self.tile_coord(tile_idx - step * per_owner, mt_per_shard)
+        j, n = self.tile_coord(k, mt_per_shard)
         return owner, j, n
 
     @cute.jit
@@ -321,13 +335,16 @@ class HopperGemmRsPushBF16(CrossRankGemm):
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
                           a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))
         num_tiles = self.world_size * mt_per_shard * self.num_n_tiles
-        schedule = (shard, mt_per_shard, rank, tma_atom_a, mA_mk)
+        schedule = (shard, mt_per_shard, rank, tma_atom_a, mA_mk, gdim, num_tiles)
+        no_mma = self.experiment == "no_mma"
         pipeline.pipeline_init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == self.producer_warp_id:
-                self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, schedule)
+                if cutlass.const_expr(not no_mma):
+                    self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles,
+                                 schedule)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup
@@ -345,8 +362,12 @@ class HopperGemmRsPushBF16(CrossRankGemm):
                 owner, j, n = self.push_tile_coord(tile_idx, schedule)
                 slot = j * self.num_n_tiles + n
                 has_rows = j * BM < self.shard_rows(m, shard, owner)
-                release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB, mainloop_pipeline,
-                                                          read_state, release_state, num_k_blocks)
+                if cutlass.const_expr(no_mma):
+                    accumulators.fill(0.0)
+                else:
+                    release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB,
+                                                              mainloop_pipeline, read_state, release_state,
+                                                              num_k_blocks)
                 if warp_idx == self.epi_store_warp_id:
                     # the previous push (issued a mainloop ago) is complete: tell its owner
                     if cutlass.const_expr("early_signal" not in self.faults):

@@ -53,10 +53,13 @@ from .config import (
     K_TILE,
     KERNEL_FAULTS,
     N_ALIGN,
+    PUSH_EXPERIMENTS,
+    PUSH_ORDERS,
     READY_BASE,
     SPIN_TIMEOUT_S,
     SUPPORTED_CAPABILITY,
     check_protocol,
+    check_push_build,
     normalize_faults,
 )
 
@@ -153,11 +156,23 @@ class FusedGemmRs(GemmRsImplementation):
         small_m_config=None,
         faults=None,
         protocol=None,
+        push_order=None,
+        experiment="",
     ):
-        # Checked first: a misspelt fault or protocol must not silently build the real (default) kernel.
+        # Checked first: a misspelt fault, protocol, order or experiment must not silently build the real
+        # (default) kernel.
         self.protocol = check_protocol(type(self).protocol if protocol is None else protocol)
         self._faults = normalize_faults(type(self).faults if faults is None else faults, self.protocol)
+        if self.protocol == "push":
+            check_push_build(push_order or PUSH_ORDERS[0], experiment)
+        elif push_order is not None or experiment:
+            raise ValueError("push_order and experiment are push-protocol options")
+        self._push_order_request = push_order
+        self.push_order = None  # push, W > 1: the tile order, fixed at construction (see _choose_push_order)
+        self.experiment = experiment
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        if experiment:  # a measurement-only build names its own path: its results are never the kernel's
+            self.main_path = f"fused-{experiment}"
         self.force_fused = bool(force_fused)
         if self.force_fused:
             self.fallback_path = None
@@ -174,9 +189,10 @@ class FusedGemmRs(GemmRsImplementation):
 
             self.should_run_min_m = measured_min_m(self.N, self.K, self.world_size, self.protocol,
                                                    default=self.should_run_min_m)
-            self._compile()
             if self.world_size > 1:
                 self._allocate_workspace()
+                self._choose_push_order()
+            self._compile()
         elif not self.force_fused:
             self._fallback_impl()  # built now: a later call may be under CUDA-graph capture
 
@@ -224,7 +240,7 @@ class FusedGemmRs(GemmRsImplementation):
         if out is None:  # a fresh result: its padding rows hold zeros (CONTRACT.md, "Result")
             out = torch.zeros(self.shard_rows(M), self.N, dtype=torch.bfloat16, device=self.device)
         self._launch(x, w, out, M)
-        self.last_path = "fused"
+        self.last_path = self.main_path
         return out
 
     def _launch(self, x, w, out, M) -> None:
@@ -236,7 +252,10 @@ class FusedGemmRs(GemmRsImplementation):
             compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), M, stream)
             return
         ws = self._workspace
-        compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), ws.partial_ptrs, ws.flag_ptrs, M, self._slots,
+        partial_ptrs = ws.partial_ptrs
+        if self.experiment == "local_push":  # every "peer's" inbox is our own: pushes at local speed
+            partial_ptrs = [ws.partial_ptrs[self.rank]] * self.world_size
+        compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), partial_ptrs, ws.flag_ptrs, M, self._slots,
                         ws.layout.s_max, self.rank, stream)
 
     def tile_config_index(self, M: int) -> int:
@@ -258,7 +277,7 @@ class FusedGemmRs(GemmRsImplementation):
             from .tiles import kernel_configs
 
             sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
-            configs = list(kernel_configs(self.protocol, sm_count))
+            configs = list(kernel_configs(self.protocol, sm_count, 4 if self.experiment == "ring4" else None))
             if self._config is not None:
                 configs[0] = self._config
             if self._small_m_config is not None:
@@ -267,19 +286,37 @@ class FusedGemmRs(GemmRsImplementation):
         return self._tile_configs
 
     def _compile(self):
+        """One compiled kernel per tile config. The configs are compiled starting at index ``rank % count``:
+        with the host-wide kernel cache the ranks of a group compile different configs at once and load the
+        others (one compile per key and host), instead of queueing on the same key's lock."""
         if self._compiled is None:
             from .compile import get_compiled, get_compiled_rs
 
             configs = self.tile_configs()
             if self.world_size == 1:
-                self._compiled = tuple(get_compiled(self.N, self.K, c) for c in configs)
+                build = lambda c: get_compiled(self.N, self.K, c)  # noqa: E731
             else:
-                self._compiled = tuple(
-                    get_compiled_rs(self.N, self.K, c, self.world_size, spin_timeout_s=SPIN_TIMEOUT_S,
-                                    faults=self._faults, protocol=self.protocol)
-                    for c in configs
-                )
+                push = self.protocol == "push"
+                build = lambda c: get_compiled_rs(  # noqa: E731
+                    self.N, self.K, c, self.world_size, spin_timeout_s=SPIN_TIMEOUT_S, faults=self._faults,
+                    protocol=self.protocol, order=self.push_order if push else None,
+                    experiment=self.experiment if self.experiment == "no_mma" else "")
+            start = self.rank % len(configs)
+            built = {i % len(configs): build(configs[i % len(configs)]) for i in range(start, start + len(configs))}
+            self._compiled = tuple(built[i] for i in range(len(configs)))
         return self._compiled
+
+    def _choose_push_order(self) -> None:
+        """Push protocol: the tile order, the same on every rank (each reads every rank's device word):
+        ``push_first`` when two ranks of the group share a GPU (they time-slice it: an interleaved order
+        would make every rank wait for its peers' time slices once per wave), else ``interleaved`` (the
+        transfer overlapped with the whole GEMM). ``push_order=`` forces one."""
+        if self.protocol != "push":
+            return
+        if self._push_order_request is not None:
+            self.push_order = self._push_order_request
+        else:
+            self.push_order = "push_first" if self._workspace.ranks_share_a_gpu() else "interleaved"
 
     def _allocate_workspace(self) -> None:
         from .workspace import SymmetricWorkspace, WorkspaceLayout, tile_slots
@@ -341,6 +378,10 @@ class FusedGemmRs(GemmRsImplementation):
     def describe(self) -> dict:
         d = super().describe()
         d.update(fused_ok=self._config_reason is None, reason=self._config_reason or "", protocol=self.protocol)
+        if self.push_order is not None:
+            d.update(push_order=self.push_order)
+        if self.experiment:
+            d.update(experiment=self.experiment)
         if self._faults:
             d.update(faults=sorted(self._faults))
         if self._compiled is not None:
@@ -384,6 +425,8 @@ __all__ = [
     "KERNEL_FAULTS",
     "K_TILE",
     "N_ALIGN",
+    "PUSH_EXPERIMENTS",
+    "PUSH_ORDERS",
     "SPIN_TIMEOUT_S",
     "SUPPORTED_CAPABILITY",
     "FusedGemmRs",
