@@ -3,6 +3,7 @@ async-TP, vs the physical bound, and the fused GEMM core vs ``torch.mm``, as rat
 
     torchrun --nproc-per-node W bench/bench_gemm_rs.py [--shapes 7168x2048,8192x14336] [--ms 128,...,16384]
                                                        [--nvlink-gbs GB/s] [--write-crossover] [--plot out.png]
+                                                       [--experiment-shapes 7168x2048] [--samples 25]
 
 Method, per (N, K) and M (K is per rank):
 
@@ -27,6 +28,13 @@ Method, per (N, K) and M (K is per rank):
 6. ``should_run`` crossover: per (N, K, W, protocol), the smallest measured M from which the fused kernel
    beats torch mm + RS at that M and every larger one; ``--write-crossover`` merges it into
    ``kernel/fused/crossover.json``, which the wrapper reads (multi-gpu only).
+7. Where the push kernel's time goes (``--experiment-shapes``, multi-gpu): the same push kernel in the
+   ``push_first`` order (the first iteration's), with the first iteration's 4-deep epilogue ring
+   (``ring4``), with every push redirected into the rank's own memory (``local_push``: the same GEMM and
+   TMA stores at local speed, so ``push - local_push`` is what NVLink costs), and with no mainloop
+   (``no_mma``: pushes, flags and sums alone: the transfer as the kernel achieves it), next to torch.mm and
+   the transfer time at the measured NVLink bandwidth. push_first and ring4 are real kernels and are
+   checked like the others; local_push and no_mma compute wrong sums by design and are only timed.
 
 Topology. One GPU per rank (``multi-gpu``, NCCL): every column is printed. Ranks sharing one GPU
 (``shared-gpu``, gloo): the ranks time-slice one GPU and the unfused path stages through the host, so
@@ -52,6 +60,11 @@ SHARED_NOTE = ("shared-gpu: the W ranks time-slice one GPU, so fused-vs-unfused 
 #: Timed implementations: row key -> column title.
 TIMED = {"fused_s": "pull us", "push_s": "push us", "unfused_s": "mm+RS us", "asynctp_s": "asyncTP us",
          "mm_s": "mm us", "bound_s": "bound us"}
+#: The push A/B builds (method 7): row key -> (column title, FusedGemmRsPush options, checked like a real kernel).
+EXPERIMENTS = {"push_first_s": ("push_first", {"push_order": "push_first"}, True),
+               "ring4_s": ("ring4", {"experiment": "ring4"}, True),
+               "local_push_s": ("local_push", {"experiment": "local_push"}, False),
+               "no_mma_s": ("no_mma", {"experiment": "no_mma"}, False)}
 
 
 def _ratio(num, den) -> str:
@@ -76,6 +89,20 @@ def render_table(rows: list[dict], shared: bool) -> str:
         lines.append(f"{r['M']:>6} | {r['check']:>6} | {times} | {ratios} | {core:>7}")
     if shared:
         lines.append(f"NOTE: {SHARED_NOTE}")
+    return "\n".join(lines)
+
+
+def render_experiments(rows: list[dict]) -> str:
+    """Where the push kernel's time goes (method 7), us: push and its A/B builds, torch.mm, the transfer
+    ``(W-1)/W * M*N*2 B`` at the measured NVLink bandwidth; ``nvl cost`` = push - local_push."""
+    cols = [("push_s", "push")] + [(k, v[0]) for k, v in EXPERIMENTS.items()] + [("mm_s", "mm"), ("tx_s", "transfer")]
+    head = f"{'M':>6} | " + " ".join(f"{t:>10}" for _, t in cols) + f" | {'nvl cost':>8} {'tiles':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        vals = " ".join(f"{r[k] * 1e6:>10.1f}" if r.get(k) else f"{'n/a':>10}" for k, _ in cols)
+        cost = (f"{(r['push_s'] - r['local_push_s']) * 1e6:>8.1f}" if r.get("push_s") and r.get("local_push_s")
+                else f"{'n/a':>8}")
+        lines.append(f"{r['M']:>6} | {vals} | {cost} {r.get('push_tiles', ''):>7}")
     return "\n".join(lines)
 
 
@@ -176,6 +203,8 @@ def main() -> int:  # noqa: C901 — a linear script
     ap.add_argument("--nvlink-gbs", type=float, default=None,
                     help="NVLink bandwidth per direction for the bound (default: measured in this run)")
     ap.add_argument("--no-asynctp", action="store_true", help="skip the async-TP column")
+    ap.add_argument("--experiment-shapes", default="7168x2048",
+                    help="shapes (N x K) with the push A/B builds of method 7, comma separated; '' for none")
     ap.add_argument("--write-crossover", action="store_true",
                     help="merge the measured should_run crossovers into kernel/fused/crossover.json (multi-gpu)")
     ap.add_argument("--plot", default=None, help="PNG path for the ratio plot (shape index appended)")
@@ -220,7 +249,7 @@ def main() -> int:  # noqa: C901 — a linear script
         w[:, :8] = torch.randint(-2, 3, (N, 8), device=dev, generator=g).bfloat16()
         return x, w
 
-    all_rows, entries = {}, []
+    all_rows, entries, push_orders = {}, [], {}
     for N, K in shapes:
         impls = {
             "fused_s": FusedGemmRs(None, max_M=max_m, N=N, K=K, device=dev, force_fused=forced),
@@ -229,7 +258,12 @@ def main() -> int:  # noqa: C901 — a linear script
         }
         if not args.no_asynctp and not shared:
             impls["asynctp_s"] = TorchAsyncTpGemmRs(None, max_M=max_m, N=N, K=K, device=dev)
+        if f"{N}x{K}" in args.experiment_shapes.split(",") and not shared:
+            for key, (_, options, _) in EXPERIMENTS.items():
+                impls[key] = FusedGemmRsPush(None, max_M=max_m, N=N, K=K, device=dev, **options)
+        unchecked = {k for k, (_, _, checked) in EXPERIMENTS.items() if not checked}
         core = FusedGemmRsPush(singles[rank], max_M=max_m, N=N, K=K, device=dev)
+        push_orders[(N, K)] = impls["push_s"].push_order
         rows = []
         for M in ms:
             S = -(-M // W)
@@ -240,7 +274,7 @@ def main() -> int:  # noqa: C901 — a linear script
             ref = reference_gemm_rs(x, w)
             n_valid = max(0, min(S, M - rank * S))
             for name, impl in impls.items():
-                if name == "asynctp_s" and M % W:
+                if (name == "asynctp_s" and M % W) or name in unchecked:
                     continue
                 verdicts.append((name, bitwise_equal(impl(x, w), ref, n_valid, rank=rank)))
             if M == min(ms):
@@ -278,7 +312,9 @@ def main() -> int:  # noqa: C901 — a linear script
                 mm_calls = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in full]
                 row["mm_s"] = max_over_ranks(timed_graph(mm_calls))
                 if nvlink_gbs:
-                    row["bound_s"] = max(row["mm_s"], (W - 1) / W * M * N * 2 / (nvlink_gbs * 1e9))
+                    row["tx_s"] = (W - 1) / W * M * N * 2 / (nvlink_gbs * 1e9)
+                    row["bound_s"] = max(row["mm_s"], row["tx_s"])
+            row["push_tiles"] = "{}x{}".format(*_tile(impls["push_s"], M))
             # 5. GEMM core vs torch.mm, rank 0 alone
             dist.barrier(group=ctrl)
             if rank == 0:
@@ -302,9 +338,13 @@ def main() -> int:  # noqa: C901 — a linear script
         topo = "shared-gpu (W ranks on one GPU, gloo)" if shared else "multi-gpu (one GPU per rank, NCCL)"
         bw = f"{nvlink_gbs:.0f} GB/s per direction ({nvlink_src})" if nvlink_gbs else "n/a"
         for (N, K), rows in all_rows.items():
-            title = f"{torch.cuda.get_device_name(dev)}, W={W} {topo}, N={N}, K/rank={K}, NVLink {bw}"
+            title = (f"{torch.cuda.get_device_name(dev)}, W={W} {topo}, N={N}, K/rank={K}, NVLink {bw}, "
+                     f"push order {push_orders[(N, K)]}")
             print("\n" + title)
             print(render_table(rows, shared))
+            if any(r.get(k) for r in rows for k in EXPERIMENTS):
+                print(f"where the push time goes (us), N={N} K={K}:")
+                print(render_experiments(rows))
             if args.plot:
                 path = args.plot if len(all_rows) == 1 else args.plot.replace(".png", f"_{N}x{K}.png")
                 why = plot(rows, shared, path, title)

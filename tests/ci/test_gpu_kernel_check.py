@@ -48,6 +48,22 @@ def test_scripts_parse_and_the_steps_exist():
         gpu_check = f.read()
     with open(SCRIPT) as f:
         script = f.read()
-    for step in ("cacheprobe", "kernel", "protocols", "bench", "pushsanitize", "pushmutants"):
+    for step in ("cacheprobe", "kernel", "protocols", "bench", "pushsanitize", "pushmutants", "pushkernel",
+                 "benchpush"):
         assert f"    {step})" in gpu_check, step
         assert step in script, step
+    assert "    pushgate | pushmulti)" in gpu_check and "run pushgate pushgate" in script
+    assert "run pushmulti pushmulti" in script
+
+
+def test_summary_shows_the_push_gates_and_packs_the_logs(tmp_path):
+    _steps(tmp_path, {"gate-push-shared": 0, "gate-push-multi": 0})
+    (tmp_path / "gate-push-shared.log").write_text(
+        "80 cases, 0 failed, 150 s, profile `smoke`\n"
+        "| kernel.fused:FusedGemmRsPush | shared-gpu | 16 | 20 | 1.2 | 3.0 | 4.0 | 30.0 |\nVERDICT: PASS\n")
+    res = _summary(tmp_path)
+    assert res.returncode == 0, res.stdout
+    assert "| kernel.fused:FusedGemmRsPush | shared-gpu | 16 | 20 |" in res.stdout  # the per-W cost line
+    assert (tmp_path / "logs.tar.gz").stat().st_size > 0
+    listing = subprocess.run(["tar", "-tzf", str(tmp_path / "logs.tar.gz")], capture_output=True, text=True).stdout
+    assert "gate-push-shared.log" in listing and "gpu-check-x.out" in listing

@@ -105,6 +105,9 @@ def main():
     ap.add_argument("--ms", default="129,1000,7,8191,1,129,4096,1000")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--hang-timeout", type=float, default=240)
+    ap.add_argument("--protocol", default="pull", choices=("pull", "push"))
+    ap.add_argument("--push-order", default=None, help="push: force a tile order (default: the wrapper's choice)")
+    ap.add_argument("--expect-push-order", default=None, help="push: the order the instance must have chosen")
     args = ap.parse_args()
     faulthandler.dump_traceback_later(args.hang_timeout, exit=True)
     dist.init_process_group("gloo")
@@ -112,8 +115,15 @@ def main():
     torch.cuda.set_device(0)
     ck = Checker(rank, W)
     t0 = time.perf_counter()
-    impl = FusedGemmRs(max_M=args.max_M, N=args.N, K=args.K, device=torch.device("cuda", 0), force_fused=True)
+    options = {"protocol": args.protocol}
+    if args.push_order:
+        options["push_order"] = args.push_order
+    impl = FusedGemmRs(max_M=args.max_M, N=args.N, K=args.K, device=torch.device("cuda", 0), force_fused=True,
+                       **options)
     t_build = time.perf_counter() - t0
+    if args.expect_push_order:
+        ck.check(impl.push_order == args.expect_push_order,
+                 f"push order {impl.push_order}, expected {args.expect_push_order}")
     ms = [int(m) for m in args.ms.split(",")]
     t0 = time.perf_counter()
     for i, M in enumerate(ms):
@@ -177,7 +187,8 @@ def main():
     dist.all_reduce(failed)
     faulthandler.cancel_dump_traceback_later()
     if rank == 0:
-        print(f"RESULT W={W} {'PASSED' if failed.item() == 0 else 'FAILED'}: {ck.checks} checks on rank 0, "
+        print(f"RESULT W={W} {'PASSED' if failed.item() == 0 else 'FAILED'}: {args.protocol} "
+              f"{impl.push_order or ''}, {ck.checks} checks on rank 0, "
               f"{failed.item()} failures over all ranks; build {t_build:.1f}s, {len(ms)} Ms x 2 kinds "
               f"in {t_calls:.2f}s", flush=True)
     dist.destroy_process_group()

@@ -161,13 +161,21 @@ def _hopper():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
-@pytest.mark.parametrize("W", [2, 4, 8])
-def test_fused_rs_shared_gpu(W):
+@pytest.mark.parametrize("protocol,W,order", [("pull", 2, None), ("pull", 4, None), ("pull", 8, None),
+                                              ("push", 2, "interleaved"), ("push", 4, "interleaved"),
+                                              ("push", 8, None)],
+                         ids=["pull-W2", "pull-W4", "pull-W8", "push-W2-interleaved", "push-W4-interleaved",
+                              "push-W8-chosen"])
+def test_fused_rs_shared_gpu(protocol, W, order):
+    """rs_worker.py's checks on W ranks sharing one GPU. Push: the interleaved order forced (its waits under
+    time-slicing), and the order the wrapper chooses itself there (push_first: the ranks share a GPU)."""
     env = dict(os.environ)
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
                TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={W}",
-           os.path.join(ROOT, "tests", "kernel", "rs_worker.py"), "--hang-timeout", "200"]
+           os.path.join(ROOT, "tests", "kernel", "rs_worker.py"), "--hang-timeout", "200", "--protocol", protocol]
+    if protocol == "push":
+        cmd += ["--push-order", order] if order else ["--expect-push-order", "push_first"]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     tail = (res.stdout + res.stderr)[-4000:]
     assert res.returncode == 0, tail
