@@ -80,7 +80,8 @@ class _Forced:
         import cuda.bindings.driver as cuda
 
         stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-        self.impl._compiled[self.index].launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), x.shape[0], stream)
+        kernels = self.impl._compiled[self.impl.kernel_protocols()[0]]
+        kernels[self.index].launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), x.shape[0], stream)
         return out
 
 

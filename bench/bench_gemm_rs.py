@@ -26,8 +26,9 @@ Method, per (N, K) and M (K is per rank):
 5. GEMM core vs torch.mm: the push configs' fused kernel at W = 1 (a singleton group) against torch.mm on
    the same rotated buffers, on rank 0 while the other ranks wait.
 6. ``should_run`` crossover: per (N, K, W, protocol), the smallest measured M from which the fused kernel
-   beats torch mm + RS at that M and every larger one; ``--write-crossover`` merges it into
-   ``kernel/fused/crossover.json``, which the wrapper reads (multi-gpu only).
+   beats torch mm + RS at that M and every larger one; and per (N, K, W) the faster protocol at each M
+   (``protocol="auto"``); ``--write-crossover`` merges both into ``kernel/fused/crossover.json``, which the
+   wrapper reads (multi-gpu only).
 7. Where the push kernel's time goes (``--experiment-shapes``, multi-gpu): the same push kernel in the
    ``push_first`` order (the first iteration's), with the first iteration's 4-deep epilogue ring
    (``ring4``), with every push redirected into the rank's own memory (``local_push``: the same GEMM and
@@ -141,6 +142,20 @@ def plot(rows: list[dict], shared: bool, path: str, title: str) -> str | None:
     return None
 
 
+def protocol_entry(rows: list[dict], N: int, K: int, W: int, machine: str, command: str) -> dict | None:
+    """The ``protocols`` entry of kernel/fused/crossover.json (``protocol="auto"``): the faster protocol at
+    each M where both were timed."""
+    from datetime import date
+
+    from kernel.fused.crossover import faster_protocol_by_m
+
+    timings = {r["M"]: (r["fused_s"], r["push_s"]) for r in rows if r.get("fused_s") and r.get("push_s")}
+    if not timings:
+        return None
+    return {"N": N, "K": K, "W": W, "by_m": faster_protocol_by_m(timings), "measured": date.today().isoformat(),
+            "machine": machine, "command": command}
+
+
 def crossovers(rows: list[dict], N: int, K: int, W: int, machine: str, command: str) -> list[dict]:
     """Crossover entries (kernel/fused/crossover.json) of both protocols from one shape's rows."""
     from datetime import date
@@ -249,7 +264,7 @@ def main() -> int:  # noqa: C901 — a linear script
         w[:, :8] = torch.randint(-2, 3, (N, 8), device=dev, generator=g).bfloat16()
         return x, w
 
-    all_rows, entries, push_orders = {}, [], {}
+    all_rows, entries, push_orders, protocol_entries = {}, [], {}, []
     for N, K in shapes:
         impls = {
             "fused_s": FusedGemmRs(None, max_M=max_m, N=N, K=K, device=dev, force_fused=forced),
@@ -332,6 +347,8 @@ def main() -> int:  # noqa: C901 — a linear script
         all_rows[(N, K)] = rows
         if not shared:
             entries += crossovers(rows, N, K, W, machine, command)
+            by_m = protocol_entry(rows, N, K, W, machine, command)
+            protocol_entries += [by_m] if by_m else []
         for impl in list(impls.values()) + [core]:
             impl.close()
     if rank == 0:
@@ -352,10 +369,13 @@ def main() -> int:  # noqa: C901 — a linear script
         for e in entries:
             print(f"crossover N={e['N']} K={e['K']} W={e['W']} {e['protocol']}: "
                   f"should_run from M >= {e['min_m'] if e['min_m'] is not None else 'never (unfused everywhere)'}")
+        for e in protocol_entries:
+            print(f"faster protocol N={e['N']} K={e['K']} W={e['W']}: "
+                  + " ".join(f"{m}:{p}" for m, p in e["by_m"].items()))
         if args.write_crossover and entries:
             from kernel.fused.crossover import TABLE_PATH, write_entries
 
-            write_entries(entries)
+            write_entries(entries, protocols=protocol_entries)
             print(f"crossover table written: {TABLE_PATH}")
         elif args.write_crossover:
             print("crossover table NOT written: no cross-rank timings (shared-gpu, or every check failed)")
@@ -364,7 +384,7 @@ def main() -> int:  # noqa: C901 — a linear script
 
 
 def _tile(impl, M) -> tuple[int, int]:
-    c = impl.tile_configs()[impl.tile_config_index(M)]
+    c = impl.tile_configs(impl.call_protocol(M))[impl.tile_config_index(M)]
     return c.tile_m, c.tile_n
 
 

@@ -165,7 +165,7 @@ def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, 
     the other protocol, raise ``ValueError``. Empty (the default) is the real kernel. Push only: ``order``
     (:data:`kernel.fused.config.PUSH_ORDERS`, default the first) and ``experiment`` (a measurement-only
     build, :data:`kernel.fused.config.KERNEL_EXPERIMENTS`), both part of the key."""
-    check_protocol(protocol)
+    check_protocol(protocol, kernel=True)
     if rank is not None and not 0 <= int(rank) < int(world_size):
         raise ValueError(f"rank {rank} outside 0..{int(world_size) - 1}")
     if protocol == "push":

@@ -62,7 +62,11 @@ class GemmConfig:
 #: shard by loading all W partials through peer pointers (:mod:`kernel.fused.gemm_rs`; proven on the GPU).
 #: ``push``: partials of peers' shards are pushed (TMA stores) into the owner's inbox during the GEMM,
 #: own shard last, the W-way sum fused into the epilogue of the own tiles (:mod:`kernel.fused.gemm_rs_push`).
-PROTOCOLS = ("pull", "push")
+#: ``auto`` (the wrapper only): per call, the protocol the measured table of :mod:`kernel.fused.crossover`
+#: says is faster at that M for this (N, K, W); one instance owns both kernels over one workspace (their
+#: flags and buffers are compatible call after call: the design records' ``done`` and epoch rules).
+KERNEL_PROTOCOLS = ("pull", "push")
+PROTOCOLS = KERNEL_PROTOCOLS + ("auto",)
 #: The protocol ``FusedGemmRs`` uses unless told otherwise: the one proven on the GPU.
 DEFAULT_PROTOCOL = "pull"
 
@@ -156,10 +160,12 @@ def check_push_build(order: str, experiment: str = "") -> None:
         raise ValueError(f"unknown push experiment {experiment!r}: one of {list(PUSH_EXPERIMENTS)}")
 
 
-def check_protocol(protocol: str) -> str:
-    """``protocol`` if it names one of :data:`PROTOCOLS`; else ``ValueError``."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}: one of {list(PROTOCOLS)}")
+def check_protocol(protocol: str, kernel: bool = False) -> str:
+    """``protocol`` if it names one of :data:`PROTOCOLS` (``kernel``: of :data:`KERNEL_PROTOCOLS`, a kernel's
+    own); else ``ValueError``."""
+    known = KERNEL_PROTOCOLS if kernel else PROTOCOLS
+    if protocol not in known:
+        raise ValueError(f"unknown protocol {protocol!r}: one of {list(known)}")
     return protocol
 
 
@@ -176,6 +182,7 @@ __all__ = [
     "FUSED_WORLD_SIZES",
     "KERNEL_EXPERIMENTS",
     "KERNEL_FAULTS",
+    "KERNEL_PROTOCOLS",
     "K_TILE",
     "MAX_WORLD_SIZE",
     "N_ALIGN",

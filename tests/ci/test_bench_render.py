@@ -99,3 +99,12 @@ def test_all_tiles_table_marks_the_chosen_config():
     line = text.splitlines()[-1]
     assert "520.5*" in line and "480.0 " in line and "534.0" in line
     assert "128x224" in text and "64x128" in text
+
+
+def test_protocol_entry_names_the_faster_protocol_per_m():
+    rows = [{"M": 128, "check": "ok", "fused_s": 2.0, "push_s": 1.0, "unfused_s": 3.0},
+            {"M": 256, "check": "ok", "fused_s": 1.0, "push_s": 1.5, "unfused_s": 3.0},
+            {"M": 512, "check": "FAIL"}]
+    e = _bench().protocol_entry(rows, 7168, 2048, 2, "test", "cmd")
+    assert e["by_m"] == {128: "push", 256: "pull"} and (e["N"], e["K"], e["W"]) == (7168, 2048, 2)
+    assert _bench().protocol_entry([{"M": 128, "check": "FAIL"}], 1, 64, 2, "t", "c") is None

@@ -1,6 +1,7 @@
 """One rank of the fused GEMM-RS GPU check (not a pytest module): ``torchrun --nproc-per-node W rs_worker.py``.
 
-Verification model, every rank, for each M of an alternating sequence on one long-lived instance:
+Verification model, every rank, for each M of an alternating sequence on one long-lived instance (of the
+protocol ``--protocol`` names; ``auto`` with a ``--by-m`` table alternates the two kernels on one workspace):
   1. valid rows == the reference bit for bit: ``bf16(sum_p fp32(torch.mm(x_p, w_p.T)))`` in rank order
      (every rank rebuilds all ranks' inputs from seeds, so the reference needs no collective); with
      exact-integer inputs also == the integer truth;
@@ -105,7 +106,8 @@ def main():
     ap.add_argument("--ms", default="129,1000,7,8191,1,129,4096,1000")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--hang-timeout", type=float, default=240)
-    ap.add_argument("--protocol", default="pull", choices=("pull", "push"))
+    ap.add_argument("--protocol", default="pull", choices=("pull", "push", "auto"))
+    ap.add_argument("--by-m", default=None, help="auto: the protocol table, e.g. 1:push,1000:pull,4096:push")
     ap.add_argument("--push-order", default=None, help="push: force a tile order (default: the wrapper's choice)")
     ap.add_argument("--expect-push-order", default=None, help="push: the order the instance must have chosen")
     args = ap.parse_args()
@@ -118,6 +120,8 @@ def main():
     options = {"protocol": args.protocol}
     if args.push_order:
         options["push_order"] = args.push_order
+    if args.by_m:
+        options["protocol_by_m"] = {int(m): p for m, p in (kv.split(":") for kv in args.by_m.split(","))}
     impl = FusedGemmRs(max_M=args.max_M, N=args.N, K=args.K, device=torch.device("cuda", 0), force_fused=True,
                        **options)
     t_build = time.perf_counter() - t0

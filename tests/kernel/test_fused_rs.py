@@ -163,12 +163,14 @@ def _hopper():
 @pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
 @pytest.mark.parametrize("protocol,W,order", [("pull", 2, None), ("pull", 4, None), ("pull", 8, None),
                                               ("push", 2, "interleaved"), ("push", 4, "interleaved"),
-                                              ("push", 8, None)],
+                                              ("push", 8, None), ("auto", 4, None)],
                          ids=["pull-W2", "pull-W4", "pull-W8", "push-W2-interleaved", "push-W4-interleaved",
-                              "push-W8-chosen"])
+                              "push-W8-chosen", "auto-W4-push-pull-alternating"])
 def test_fused_rs_shared_gpu(protocol, W, order):
     """rs_worker.py's checks on W ranks sharing one GPU. Push: the interleaved order forced (its waits under
-    time-slicing), and the order the wrapper chooses itself there (push_first: the ranks share a GPU)."""
+    time-slicing), and the order the wrapper chooses itself there (push_first: the ranks share a GPU). Auto:
+    a table that alternates push and pull calls over M = 129, 1000, 7, 8191, 1, 129, 4096, 1000 (and the
+    graph at 1000: pull) on one workspace."""
     env = dict(os.environ)
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
                TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", PYTHONUNBUFFERED="1")
@@ -176,6 +178,8 @@ def test_fused_rs_shared_gpu(protocol, W, order):
            os.path.join(ROOT, "tests", "kernel", "rs_worker.py"), "--hang-timeout", "200", "--protocol", protocol]
     if protocol == "push":
         cmd += ["--push-order", order] if order else ["--expect-push-order", "push_first"]
+    if protocol == "auto":
+        cmd += ["--by-m", "1:push,1000:pull,4096:push", "--expect-push-order", "push_first"]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     tail = (res.stdout + res.stderr)[-4000:]
     assert res.returncode == 0, tail

@@ -231,13 +231,49 @@ def test_ranks_compile_their_configs_starting_at_different_ones(monkeypatch):
     monkeypatch.setattr(compile_mod, "get_compiled_rs", fake)
     impl = FusedGemmRsPush(max_M=256, N=64, K=128, device="cpu")
     configs = kernel_configs("push", 132)
-    impl._tile_configs, impl.world_size, impl.push_order = configs, 4, "interleaved"
+    impl._tile_configs, impl.world_size, impl.push_order = {"push": configs}, 4, "interleaved"
     for rank in range(4):
         impl.rank, impl._compiled, calls[:] = rank, None, []
-        assert impl._compile() == configs
+        assert impl._compile() == {"push": configs}
         first = configs[rank % 3]
         assert calls[0] == (first.tile_m, first.tile_n, "push", "interleaved") and len(calls) == 3
     impl.close()
+
+
+def test_auto_protocol_picks_the_measured_faster_kernel_per_m(tmp_path):
+    """``protocol="auto"``: the protocol of the largest measured M <= M (the smallest measured below them
+    all); only the protocols the table names are compiled; without a table, the default protocol alone."""
+    from kernel.fused import FusedGemmRsAuto
+    from kernel.fused.crossover import faster_protocol_by_m, measured_protocols, protocol_for, write_entries
+
+    by_m = {128: "push", 256: "pull", 1024: "push"}
+    assert [protocol_for(M, by_m) for M in (1, 128, 255, 256, 1023, 1024, 10**6)] == [
+        "push", "push", "push", "pull", "pull", "push", "push"]
+    assert faster_protocol_by_m({128: (2.0, 1.0), 256: (1.0, 1.5), 512: (1.0, 1.0)}) == {
+        128: "push", 256: "pull", 512: "pull"}  # a tie keeps the proven protocol
+    path = str(tmp_path / "crossover.json")
+    write_entries([{"N": 64, "K": 128, "W": 2, "protocol": "push", "min_m": 128}], path,
+                  protocols=[{"N": 64, "K": 128, "W": 2, "by_m": by_m}])
+    assert measured_protocols(64, 128, 2, path) == by_m and measured_protocols(64, 128, 4, path) is None
+    write_entries([], path)  # crossover entries written later keep the protocol entries
+    assert measured_protocols(64, 128, 2, path) == by_m
+
+    impl = FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu")
+    assert impl.protocol == "auto" and impl.name == "fused-auto" and impl.force_fused
+    impl.world_size = 2  # what a 2-rank group would say (the CPU instance has no group)
+    assert impl.kernel_protocols() == ("pull",)  # nothing measured for this shape: the default alone
+    impl._by_m = by_m
+    assert impl.kernel_protocols() == ("pull", "push")
+    assert [impl.call_protocol(M) for M in (1, 300, 2048)] == ["push", "pull", "push"]
+    impl._by_m = {1: "push"}
+    assert impl.kernel_protocols() == ("push",) and impl.call_protocol(5000) == "push"
+    impl.close()
+    with pytest.raises(ValueError, match="protocol_by_m"):
+        FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", protocol_by_m={128: "fast"})
+    with pytest.raises(ValueError, match="auto protocol's table"):
+        FusedGemmRs(max_M=256, N=64, K=128, device="cpu", protocol_by_m={128: "push"})
+    with pytest.raises(ValueError, match="other protocol"):
+        FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", faults=("dropped_peer",))
 
 
 def test_push_order_is_push_first_where_ranks_share_a_gpu():
