@@ -181,10 +181,10 @@ class HopperGemmRsPushBF16(CrossRankGemm):
             raise ValueError(f"push experiment {experiment!r} is not a kernel build (the wrapper's)")
         self.order, self.experiment = order, experiment
         # The own tile's sum runs in column chunks: the own pairs of one chunk wait packed in registers
-        # next to the accumulators. ptxas reports (``remarks{ptx}``, 4.8.1) no spill with two chunks up to
-        # W = 8 for 256-, 128- and 64x128 tiles; 224-wide tiles and W = 16 (selp chains over 16 peers) need
-        # four (two spill 20-32 bytes there).
-        self.sum_chunks = 2 if self.world_size <= 8 and self.config.tile_n != 224 else 4
+        # next to the accumulators. ptxas reports (``remarks{ptx}``, 4.8.1) no spill with two chunks at
+        # W = 2 for 256-, 128- and 64x128 tiles; 224-wide tiles, and W >= 4 since the interleaved order's
+        # tile arithmetic (4-8 bytes of spill at W = 4 and 8 with 256-wide tiles) need four.
+        self.sum_chunks = 2 if self.world_size == 2 and self.config.tile_n != 224 else 4
 
     # --- host side --------------------------------------------------------------------------------
     @cute.jit
