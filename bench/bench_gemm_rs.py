@@ -264,7 +264,7 @@ def main() -> int:  # noqa: C901 — a linear script
         w[:, :8] = torch.randint(-2, 3, (N, 8), device=dev, generator=g).bfloat16()
         return x, w
 
-    all_rows, entries, push_orders, protocol_entries = {}, [], {}, []
+    entries, protocol_entries = [], []
     for N, K in shapes:
         impls = {
             "fused_s": FusedGemmRs(None, max_M=max_m, N=N, K=K, device=dev, force_fused=forced),
@@ -278,7 +278,6 @@ def main() -> int:  # noqa: C901 — a linear script
                 impls[key] = FusedGemmRsPush(None, max_M=max_m, N=N, K=K, device=dev, **options)
         unchecked = {k for k, (_, _, checked) in EXPERIMENTS.items() if not checked}
         core = FusedGemmRsPush(singles[rank], max_M=max_m, N=N, K=K, device=dev)
-        push_orders[(N, K)] = impls["push_s"].push_order
         rows = []
         for M in ms:
             S = -(-M // W)
@@ -344,28 +343,27 @@ def main() -> int:  # noqa: C901 — a linear script
             rows.append(row)
             if rank == 0:
                 print(f"N={N} K={K} M={M} done: {row}", flush=True)
-        all_rows[(N, K)] = rows
         if not shared:
             entries += crossovers(rows, N, K, W, machine, command)
             by_m = protocol_entry(rows, N, K, W, machine, command)
             protocol_entries += [by_m] if by_m else []
-        for impl in list(impls.values()) + [core]:
-            impl.close()
-    if rank == 0:
-        topo = "shared-gpu (W ranks on one GPU, gloo)" if shared else "multi-gpu (one GPU per rank, NCCL)"
-        bw = f"{nvlink_gbs:.0f} GB/s per direction ({nvlink_src})" if nvlink_gbs else "n/a"
-        for (N, K), rows in all_rows.items():
+        if rank == 0:  # each shape's tables as soon as it is measured: a time limit keeps what was printed
+            topo = "shared-gpu (W ranks on one GPU, gloo)" if shared else "multi-gpu (one GPU per rank, NCCL)"
+            bw = f"{nvlink_gbs:.0f} GB/s per direction ({nvlink_src})" if nvlink_gbs else "n/a"
             title = (f"{torch.cuda.get_device_name(dev)}, W={W} {topo}, N={N}, K/rank={K}, NVLink {bw}, "
-                     f"push order {push_orders[(N, K)]}")
+                     f"push order {impls['push_s'].push_order}")
             print("\n" + title)
             print(render_table(rows, shared))
             if any(r.get(k) for r in rows for k in EXPERIMENTS):
                 print(f"where the push time goes (us), N={N} K={K}:")
                 print(render_experiments(rows))
             if args.plot:
-                path = args.plot if len(all_rows) == 1 else args.plot.replace(".png", f"_{N}x{K}.png")
+                path = args.plot if len(shapes) == 1 else args.plot.replace(".png", f"_{N}x{K}.png")
                 why = plot(rows, shared, path, title)
-                print(f"plot: {path}" if why is None else f"plot not written: {why}")
+                print(f"plot: {path}" if why is None else f"plot not written: {why}", flush=True)
+        for impl in list(impls.values()) + [core]:
+            impl.close()
+    if rank == 0:
         for e in entries:
             print(f"crossover N={e['N']} K={e['K']} W={e['W']} {e['protocol']}: "
                   f"should_run from M >= {e['min_m'] if e['min_m'] is not None else 'never (unfused everywhere)'}")
