@@ -1,5 +1,8 @@
 """The fused GEMM + reduce-scatter: PTX of the kernel (no GPU needed), the workspace layout, the wrapper's
-W > 1 logic, and on a Hopper GPU the multi-rank protocol (``rs_worker.py`` under torchrun).
+W > 1 logic, and on a Hopper GPU the multi-rank protocol, through the suite's own harness: a rank pool
+(``torchrun``, fuzz/pool.py) of W ranks on one GPU running cases of the gate's families on ``fused`` and its
+push and auto variants (``tests/kernel/protocol_impls.py``), judged by the gate's properties (fuzz/case.py
+lists them; the verdict is the case report's status).
 
 What the PTX tests pin down (the design record in ``kernel/fused/gemm_rs.py``):
   1. no ``multimem`` instruction, for every supported W;
@@ -11,14 +14,15 @@ What the PTX tests pin down (the design record in ``kernel/fused/gemm_rs.py``):
      ``st.global.v4.b32``; no local memory, wgmma mainloop kept.
 """
 
-import os
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from fuzz.case import Case, PoolSpec
+from fuzz.pool import RankPool
+from fuzz.status import Status
 from kernel.fused import cutlass_available
 from kernel.fused import wrapper as wrapper_mod
 from kernel.fused.workspace import (
@@ -30,7 +34,6 @@ from kernel.fused.workspace import (
     tile_slots,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 needs_cutlass = pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
 
 
@@ -149,9 +152,91 @@ def test_cpu_instance_has_no_workspace_and_falls_back():
     impl.close()  # idempotent
 
 
-# --- GPU: the protocol across ranks sharing one GPU ----------------------------------------------------------
+# --- GPU: the protocol across ranks sharing one GPU, on the gate's harness ---------------------------------
 def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+#: What the protocol must survive, as cases of the gate's families on one long-lived instance per shape:
+#: an alternating sequence of M (tiny, unaligned, one row, max_M - 1) with exact (bitwise vs the oracle and
+#: the integer truth) and gaussian inputs taking turns; out=None; a late first and last rank; a rejected
+#: call (M > max_M) and every bad call leaving state bit-identical and the instance working; a CUDA graph
+#: replayed with inputs changed in place and out poisoned, then an eager call (device-side epochs).
+PROTOCOL = dict(N=512, K=256, max_M=8192)
+ALTERNATION = [129, 1000, 7, 8191, 1, 129, 4096, 1000]
+
+
+def _turns(first: int) -> list[str]:
+    return [("exact", "gaussian")[(i + first) % 2] for i in range(len(ALTERNATION))]
+
+
+def protocol_cases(W: int) -> list[Case]:
+    return [
+        *(Case("compute", seed=10 + first, ms=ALTERNATION, kinds=_turns(first), **PROTOCOL) for first in (0, 1)),
+        Case("compute", seed=50, ms=[1000], kind="exact", out="none", **PROTOCOL),
+        *(Case("compute", seed=60 + r, ms=[1000, 129], kind="gaussian", late_rank=r, delay_ms=50, **PROTOCOL)
+          for r in sorted({0, W - 1})),
+        Case("capacity", seed=3, ms=[129], bad="over", **PROTOCOL),
+        Case("bad_call", seed=4, ms=[1000], bad="all", **PROTOCOL),
+        Case("graph", seed=70, ms=[1000], kind="exact", repeat=4, **PROTOCOL),
+        Case("compute", seed=90, ms=[129], kind="exact", **PROTOCOL),  # eager, after the graph's replays
+    ]
+
+
+def test_protocol_cases_are_valid_cases_of_the_gate():
+    """Runs on CPU: the GPU test's cases are well-formed and cover what rs_worker.py used to check."""
+    from fuzz.families import FAMILIES
+
+    for W in (2, 4, 8):
+        cases = protocol_cases(W)
+        assert {c.family for c in cases} == set(FAMILIES)
+        assert all(Case.from_json(c.to_json()) == c and len(c.call_kinds()) == len(c.ms) for c in cases)
+        assert {c.late_rank for c in cases} == {None, 0, W - 1}
+        assert sum(c.call_kinds().count("exact") for c in cases if c.ms == ALTERNATION) == len(ALTERNATION)
+
+
+#: (implementation, W) of the GPU protocol test: pull (the default ``fused``); push with the interleaved order
+#: forced (its waits under time-slicing) and with the order the wrapper chooses itself there (push_first: the
+#: ranks share a GPU); auto with a table that alternates push and pull calls on one workspace
+#: (tests/kernel/protocol_impls.py).
+PROTOCOL_IMPLS = [
+    ("fused", 2), ("fused", 4), ("fused", 8),
+    ("tests.kernel.protocol_impls:PushInterleaved", 2), ("tests.kernel.protocol_impls:PushInterleaved", 4),
+    ("tests.kernel.protocol_impls:PushChosenOnSharedGpu", 2), ("tests.kernel.protocol_impls:PushChosenOnSharedGpu", 8),
+    ("tests.kernel.protocol_impls:AutoAlternatingOnSharedGpu", 2),
+    ("tests.kernel.protocol_impls:AutoAlternatingOnSharedGpu", 4),
+]
+PROTOCOL_IDS = ["pull-W2", "pull-W4", "pull-W8", "push-interleaved-W2", "push-interleaved-W4", "push-chosen-W2",
+                "push-chosen-W8", "auto-alternating-W2", "auto-alternating-W4"]
+
+
+def test_protocol_impls_are_loadable_and_named():
+    """Runs on CPU: every variant the GPU test names loads, and each forces what its name says (a CPU
+    instance falls back, so the variants' own checks are exercised on the GPU only)."""
+    from kernel.registry import load_implementation
+    from tests.kernel import protocol_impls
+
+    assert len(PROTOCOL_IDS) == len(PROTOCOL_IMPLS) == len(set(PROTOCOL_IDS))
+    for impl, _W in PROTOCOL_IMPLS:
+        cls = load_implementation(impl)
+        assert cls.main_path == "fused"
+    assert set(protocol_impls.ALTERNATING_BY_M.values()) == {"pull", "push"}
+    from kernel.fused.crossover import protocol_for
+
+    chosen = {protocol_for(M, protocol_impls.ALTERNATING_BY_M) for M in ALTERNATION}
+    assert chosen == {"pull", "push"}  # the alternation really runs both kernels
+
+
+def test_protocol_impl_check_fails_on_the_wrong_order():
+    """The variants' construction check raises when the instance took something else."""
+    from tests.kernel.protocol_impls import _require
+
+    class Impl:
+        push_order = "interleaved"
+
+    _require(Impl(), "push_order", "interleaved")
+    with pytest.raises(RuntimeError, match="push_first"):
+        _require(Impl(), "push_order", "push_first")
 
 
 @pytest.mark.gpu
@@ -161,26 +246,15 @@ def _hopper():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
-@pytest.mark.parametrize("protocol,W,order", [("pull", 2, None), ("pull", 4, None), ("pull", 8, None),
-                                              ("push", 2, "interleaved"), ("push", 4, "interleaved"),
-                                              ("push", 8, None), ("auto", 4, None)],
-                         ids=["pull-W2", "pull-W4", "pull-W8", "push-W2-interleaved", "push-W4-interleaved",
-                              "push-W8-chosen", "auto-W4-push-pull-alternating"])
-def test_fused_rs_shared_gpu(protocol, W, order):
-    """rs_worker.py's checks on W ranks sharing one GPU. Push: the interleaved order forced (its waits under
-    time-slicing), and the order the wrapper chooses itself there (push_first: the ranks share a GPU). Auto:
-    a table that alternates push and pull calls over M = 129, 1000, 7, 8191, 1, 129, 4096, 1000 (and the
-    graph at 1000: pull) on one workspace."""
-    env = dict(os.environ)
-    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
-               TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={W}",
-           os.path.join(ROOT, "tests", "kernel", "rs_worker.py"), "--hang-timeout", "200", "--protocol", protocol]
-    if protocol == "push":
-        cmd += ["--push-order", order] if order else ["--expect-push-order", "push_first"]
-    if protocol == "auto":
-        cmd += ["--by-m", "1:push,1000:pull,4096:push", "--expect-push-order", "push_first"]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
-    tail = (res.stdout + res.stderr)[-4000:]
-    assert res.returncode == 0, tail
-    assert f"RESULT W={W} PASSED" in res.stdout, tail
+@pytest.mark.parametrize("impl,W", PROTOCOL_IMPLS, ids=PROTOCOL_IDS)
+def test_fused_rs_shared_gpu(impl, W):
+    pool = RankPool(PoolSpec(impl=impl, topology="shared-gpu", world_size=W, optimize=sys.flags.optimize))
+    try:
+        for i, case in enumerate(protocol_cases(W)):
+            report = pool.run(case, deadline=600 if i == 0 else 200)  # the first case compiles the kernels
+            assert report.status == Status.PASSED, report.render()
+            if case.family in ("compute", "graph"):  # every call of the fused implementation took the fused path
+                paths = {c["path"] for calls in report.paths().values() for c in calls}
+                assert paths == {"fused"}, f"paths taken: {paths}\n{report.render()}"
+    finally:
+        pool.close()
