@@ -45,7 +45,8 @@ def test_plot_is_written(tmp_path):
 
 ROWS_FULL = [
     {"M": 2048, "check": "ok", "fused_s": 150e-6, "push_s": 100e-6, "unfused_s": 190e-6, "asynctp_s": 160e-6,
-     "mm_s": 80e-6, "bound_s": 90e-6, "core_tflops": 700.0, "mm_tflops": 700.0},
+     "mm_s": 80e-6, "bound_s": 90e-6, "core_tflops": 700.0, "mm_tflops": 700.0, "auto_s": 95e-6,
+     "auto_protocol": "push"},
     {"M": 4096, "check": "FAIL"},
 ]
 
@@ -58,6 +59,8 @@ def test_push_async_tp_and_bound_columns():
     assert "1.60x" in line  # push vs async-TP
     assert "1.11x" in line  # push over the physical bound (100 / 90)
     assert "1.00x" in line  # GEMM core vs torch.mm
+    assert "2.00x" in line and "1.68x" in line and "1.06x" in line  # auto vs mm + RS, async-TP, the bound
+    assert line.rstrip().endswith("| push")  # the protocol auto ran at that M
     failed = next(x for x in text.splitlines() if x.strip().startswith("4096"))
     assert "FAIL" in failed and "x" not in failed.split("|", 2)[2]  # a failed check prints no ratio
 

@@ -41,14 +41,26 @@ class PushChosenOnSharedGpu(FusedGemmRsPush):
             _require(self, "push_order", "push_first")
 
 
-class AutoAlternatingOnSharedGpu(FusedGemmRsAuto):
-    """Auto with :data:`ALTERNATING_BY_M`: push and pull calls take turns on one workspace."""
+class AutoBothProtocols(FusedGemmRsAuto):
+    """Auto with :data:`ALTERNATING_BY_M` at every shape (the measured table names two shapes only): push
+    below M = 1000 and from M = 4096 on, pull in between -- both kernels on one workspace, in whatever order
+    the calls' Ms come. ``--impl tests.kernel.protocol_impls:AutoBothProtocols`` is how the device check
+    gates auto (bench/gpu_kernel_check.sh)."""
+
+    name = "fused-auto-both"
+
+    def __init__(self, group=None, **kwargs):
+        super().__init__(group, protocol_by_m=ALTERNATING_BY_M, **kwargs)
+        if self.world_size > 1 and set(self.kernel_protocols()) != {"pull", "push"}:
+            raise RuntimeError(f"auto built {self.kernel_protocols()}, the test needs both protocols")
+
+
+class AutoAlternatingOnSharedGpu(AutoBothProtocols):
+    """:class:`AutoBothProtocols` on ranks sharing a GPU: its push kernel must use the ``push_first`` order."""
 
     name = "fused-auto-alternating"
 
     def __init__(self, group=None, **kwargs):
-        super().__init__(group, protocol_by_m=ALTERNATING_BY_M, **kwargs)
+        super().__init__(group, **kwargs)
         if self.world_size > 1:
             _require(self, "push_order", "push_first")
-            if set(self.kernel_protocols()) != {"pull", "push"}:
-                raise RuntimeError(f"auto built {self.kernel_protocols()}, the test needs both protocols")
