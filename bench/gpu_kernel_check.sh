@@ -66,7 +66,8 @@ case $phase in
   check)
     PROBE_LIMIT=$(clamp $(( $(left) - 300 )) 60 120) run probe cacheprobe
     a=$(clamp $(( $(left) - ${BENCH_RESERVE:-220} )) 90 "${PHASE2_MAX:-210}")
-    export KERNEL_LIMIT=$a SANITIZE_LIMIT=$a GATE_SMOKE_LIMIT=$((a - 60)) PUSHGATE_POOLS_PER_GPU=${PUSHGATE_POOLS_PER_GPU:-2}
+    export KERNEL_LIMIT=$a SANITIZE_LIMIT=$a GATE_SMOKE_LIMIT=$((a - 60)) PUSHGATE_POOLS_PER_GPU=${PUSHGATE_POOLS_PER_GPU:-2} \
+      KERNEL_JOBS=${KERNEL_JOBS:-6}
     run kernel kernelgpu &
     run autogate autogate &
     run multigate multigate &

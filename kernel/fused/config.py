@@ -67,7 +67,11 @@ class GemmConfig:
 #: flags and buffers are compatible call after call: the design records' ``done`` and epoch rules).
 KERNEL_PROTOCOLS = ("pull", "push")
 PROTOCOLS = KERNEL_PROTOCOLS + ("auto",)
-#: The protocol ``FusedGemmRs`` uses unless told otherwise: the one proven on the GPU.
+#: The protocol ``FusedGemmRs`` uses unless told otherwise: the one proven on the GPU. Kept at pull after the
+#: first iteration's measurements (2xH200): push was 5-13 % faster than pull at every M at N = 7168, K = 2048,
+#: but slower at N = 8192, K = 14336 for M = 128, 256 (100.5 / 177.6 vs 85.9 / 116.3 us) and 2048 .. 16384
+#: (1-6 %): no protocol wins everywhere, which is what ``auto`` is for; the lead switches the default to auto
+#: on GPU evidence (bench/gpu_kernel_check.sh: auto correct and at least as fast as the faster protocol).
 DEFAULT_PROTOCOL = "pull"
 
 #: Tile orders of the push kernel (:mod:`kernel.fused.push_order`). ``interleaved``: a lead of one wave of

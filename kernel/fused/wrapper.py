@@ -6,10 +6,10 @@ W == 1: the fused operation *is* the GEMM (the shard is all M rows) and runs the
 (:mod:`kernel.fused.gemm_rs_push`, communication overlapped with the GEMM; :class:`FusedGemmRsPush`; its tile
 order is chosen at construction: ``push_first`` where ranks share a GPU, ``interleaved`` otherwise) or
 ``"auto"`` (:class:`FusedGemmRsAuto`: per call, the protocol ``kernel/fused/crossover.json`` measured faster
-at that M for this (N, K, W) -- a function of M, so replays and ranks agree; both kernels share one
-workspace: the flag words and buffers mean the same to both, and each call's ``done`` wait covers what the
-other protocol's previous call read or wrote) -- their docstrings are the protocols' design records -- over a
-symmetric workspace
+at that M for this (N, K, W) -- a function of M fixed at construction (:mod:`kernel.fused.protocol_plan`), so
+replays and ranks agree; both kernels share one workspace: the flag words and buffers mean the same to both,
+and each call's ``done`` wait covers what the other protocol's previous call read or wrote) -- their
+docstrings are the protocols' design records -- over a symmetric workspace
 (:mod:`kernel.fused.workspace`) allocated *collectively at construction* -- every rank constructs its
 instances in the same order -- with ``torch.distributed._symmetric_memory`` (works with a gloo group,
 ranks sharing one GPU with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, and with NCCL, one GPU per
@@ -57,7 +57,6 @@ from .config import (
     FUSED_WORLD_SIZES,
     K_TILE,
     KERNEL_FAULTS,
-    KERNEL_PROTOCOLS,
     N_ALIGN,
     PUSH_EXPERIMENTS,
     PUSH_ORDERS,
@@ -68,6 +67,7 @@ from .config import (
     check_push_build,
     normalize_faults,
 )
+from .protocol_plan import ProtocolPlan
 
 
 def cutlass_available() -> bool:
@@ -176,9 +176,7 @@ class FusedGemmRs(GemmRsImplementation):
             raise ValueError("push_order and experiment are push-protocol options")
         elif push_order is not None:
             check_push_build(push_order)
-        if protocol_by_m is not None and self.protocol != "auto":
-            raise ValueError("protocol_by_m is the auto protocol's table")
-        self._by_m = _checked_by_m(protocol_by_m)
+        self._plan = ProtocolPlan.of(self.protocol, 1, protocol_by_m)  # checked now; completed below
         self._push_order_request = push_order
         self.push_order = None  # push, W > 1: the tile order, fixed at construction (see _choose_push_order)
         self.experiment = experiment
@@ -196,11 +194,15 @@ class FusedGemmRs(GemmRsImplementation):
         self._slots = 0
         self._fallback = None
         self._config_reason = self._config_ineligibility()
-        if self._config_reason is None:
-            from .crossover import measured_min_m, measured_protocols
+        by_m = self._plan.table()
+        if self._config_reason is None and self.protocol == "auto" and by_m is None:
+            from .crossover import measured_protocols
 
-            if self.protocol == "auto" and self._by_m is None:
-                self._by_m = measured_protocols(self.N, self.K, self.world_size)
+            by_m = measured_protocols(self.N, self.K, self.world_size)
+        self._plan = ProtocolPlan.of(self.protocol, self.world_size, by_m)
+        if self._config_reason is None:
+            from .crossover import measured_min_m
+
             default = self.should_run_min_m
             self.should_run_min_m = min(measured_min_m(self.N, self.K, self.world_size, p, default=default)
                                         for p in self.kernel_protocols())
@@ -274,25 +276,14 @@ class FusedGemmRs(GemmRsImplementation):
                         ws.layout.s_max, self.rank, stream)
 
     def kernel_protocols(self) -> tuple:
-        """The protocols of the kernels this instance compiles: its own; for ``auto``, those the measured
-        table (or ``protocol_by_m=``) picks at some M -- the default protocol when there is none, or at
-        W == 1 (the plain GEMM)."""
-        if self.protocol != "auto":
-            return (self.protocol,)
-        if self.world_size == 1 or not self._by_m:
-            return (DEFAULT_PROTOCOL,)
-        return tuple(p for p in KERNEL_PROTOCOLS if p in set(self._by_m.values()))
+        """The protocols of the kernels this instance compiles (:meth:`ProtocolPlan.kernel_protocols`)."""
+        return self._plan.kernel_protocols()
 
     def call_protocol(self, M: int) -> str:
-        """The protocol of the kernel a call with M rows runs: a pure function of M and construction-time
-        constants (the measured table is read once, at construction), so every rank of a group and every
+        """The protocol of the kernel a call with M rows runs: a pure function of M and of the plan fixed at
+        construction (:class:`kernel.fused.protocol_plan.ProtocolPlan`), so every rank of a group and every
         replay of a captured graph runs the same kernel."""
-        protocols = self.kernel_protocols()
-        if len(protocols) == 1:
-            return protocols[0]
-        from .crossover import protocol_for
-
-        return protocol_for(M, self._by_m)
+        return self._plan.for_m(M)
 
     def tile_config_index(self, M: int) -> int:
         """Index into ``tile_configs(call_protocol(M))`` of the config a call with M rows uses: a pure function
@@ -425,7 +416,7 @@ class FusedGemmRs(GemmRsImplementation):
         d = super().describe()
         d.update(fused_ok=self._config_reason is None, reason=self._config_reason or "", protocol=self.protocol)
         if self.protocol == "auto":
-            d.update(kernel_protocols=list(self.kernel_protocols()), protocol_by_m=self._by_m)
+            d.update(kernel_protocols=list(self.kernel_protocols()), protocol_by_m=self._plan.table())
         if self.push_order is not None:
             d.update(push_order=self.push_order)
         if self.experiment:
@@ -452,16 +443,6 @@ class FusedGemmRs(GemmRsImplementation):
             self._workspace.close()
             self._workspace = None
         self._compiled = None
-
-
-def _checked_by_m(by_m) -> dict | None:
-    """``protocol_by_m=`` as ``{int M: "pull" | "push"}``; ``ValueError`` for anything else."""
-    if by_m is None:
-        return None
-    table = {int(m): p for m, p in dict(by_m).items()}
-    if not table or any(p not in KERNEL_PROTOCOLS for p in table.values()) or min(table) < 1:
-        raise ValueError(f"protocol_by_m must map Ms >= 1 to one of {list(KERNEL_PROTOCOLS)}, got {by_m!r}")
-    return table
 
 
 class FusedGemmRsPush(FusedGemmRs):

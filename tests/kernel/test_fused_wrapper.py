@@ -258,18 +258,27 @@ def test_auto_protocol_picks_the_measured_faster_kernel_per_m(tmp_path):
     write_entries([], path)  # crossover entries written later keep the protocol entries
     assert measured_protocols(64, 128, 2, path) == by_m
 
+    from kernel.fused.protocol_plan import ProtocolPlan
+
     impl = FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu")
     assert impl.protocol == "auto" and impl.name == "fused-auto" and impl.force_fused
-    impl.world_size = 2  # what a 2-rank group would say (the CPU instance has no group)
-    assert impl.kernel_protocols() == ("pull",)  # nothing measured for this shape: the default alone
-    impl._by_m = by_m
-    assert impl.kernel_protocols() == ("pull", "push")
-    assert [impl.call_protocol(M) for M in (1, 300, 2048)] == ["push", "pull", "push"]
-    impl._by_m = {1: "push"}
-    assert impl.kernel_protocols() == ("push",) and impl.call_protocol(5000) == "push"
+    assert impl.kernel_protocols() == ("pull",)  # W == 1, nothing measured: the default alone
     impl.close()
-    with pytest.raises(ValueError, match="protocol_by_m"):
-        FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", protocol_by_m={128: "fast"})
+    assert ProtocolPlan.of("auto", 2).kernel_protocols() == ("pull",)  # nothing measured for this shape
+    assert ProtocolPlan.of("auto", 1, by_m).kernel_protocols() == ("pull",)  # W == 1: the plain GEMM
+    plan = ProtocolPlan.of("auto", 2, by_m)
+    assert plan.kernel_protocols() == ("pull", "push") and plan.table() == by_m
+    assert [plan.for_m(M) for M in (1, 300, 2048)] == ["push", "pull", "push"]
+    only_push = ProtocolPlan.of("auto", 2, {1: "push"})
+    assert only_push.kernel_protocols() == ("push",) and only_push.for_m(5000) == "push"
+    assert ProtocolPlan.of("push", 2).for_m(1) == "push" and ProtocolPlan.of("pull", 8).kernel_protocols() == ("pull",)
+    impl = FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", protocol_by_m={"1": "push", 300: "pull"})
+    assert impl.describe()["protocol_by_m"] == {1: "push", 300: "pull"}  # the table given, as ints
+    assert impl.call_protocol(299) == "pull"  # W == 1 on CPU: the plain GEMM's (default) protocol
+    impl.close()
+    for bad in ({128: "fast"}, {}, {0: "push"}):
+        with pytest.raises(ValueError, match="protocol_by_m"):
+            FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", protocol_by_m=bad)
     with pytest.raises(ValueError, match="auto protocol's table"):
         FusedGemmRs(max_M=256, N=64, K=128, device="cpu", protocol_by_m={128: "push"})
     with pytest.raises(ValueError, match="other protocol"):
