@@ -93,14 +93,23 @@ status_of() {  # name rc -> the word the table shows (a gate cut off by its time
     *) echo "FAIL rc=$2" ;;
   esac
 }
-detail_of() {  # step name -> one line from its log
-  local f="$logs/$1.log"
+detail_of() {  # step name -> one line from its log (its last line when nothing more telling is there)
+  local f="$logs/$1.log" line
   [ -f "$f" ] || { echo "no log"; return; }
+  line=$(detail_line "$1" "$f")
+  [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$f" | tail -1)
+  echo "${line:0:100}"
+}
+detail_line() {  # step log
+  local f=$2
   case $1 in
     cacheprobe-*) grep -Eo "verdict: [A-Z_]+" "$f" | tail -1 ;;
     gate-*) { grep -E "^[0-9]+ cases, [0-9]+ failed" "$f" | tail -1 | cut -c1-60; grep -Eo "time limit of [0-9]+s reached" "$f" | head -1; } | paste -sd ';' ;;
     push-memcheck | push-racecheck) grep -E "^sanitizer [a-z]+: " "$f" | tail -1 | cut -d'(' -f1 ;;
-    bench) echo "$(grep -cE "^ +[0-9]+ \| +FAIL" "$f") M with a failed check; $(grep -cE "^ +[0-9]+ \| +ok" "$f") ok" ;;
+    bench)
+      local bad good
+      bad=$(grep -cE "^ +[0-9]+ \| +FAIL" "$f") good=$(grep -cE "^ +[0-9]+ \| +ok" "$f")
+      [ $((bad + good)) -eq 0 ] || echo "$bad M with a failed check; $good ok" ;;
     *) grep -E "[0-9]+ (passed|failed)" "$f" | tail -1 | cut -c1-80 ;;
   esac
 }
@@ -121,7 +130,7 @@ summarize() {
   if [ -f "$logs/kernelgpu.log" ]; then
     echo "--- kernel GPU tests"
     grep -E "^(FAILED|ERROR) " "$logs/kernelgpu.log" | cut -c1-200 | head -12
-    tail -1 "$logs/kernelgpu.log"
+    tail -1 "$logs/kernelgpu.log" | sed '$a\' 
   fi
   for f in "$logs"/gate-*.log; do
     [ -f "$f" ] || continue
