@@ -46,7 +46,11 @@ def judge(ranks: dict[int, dict], world_size: int, liveness: Status | None = Non
     if errors:
         return Status.ERROR, f"harness error: an exception escaped run_case on rank(s) {errors}"
     checks = [c for m in ranks.values() for c in m.get("checks", [])]
-    if any(not c["passed"] and not c["skipped"] for c in checks):
+    failed = [c for c in checks if not c["passed"] and not c["skipped"]]
+    if failed and liveness == Status.DIED and all(c["name"] == RAISED_CHECK for c in failed):
+        # peers whose collective raised because a rank died: the death is the finding, whoever reported first
+        return liveness, ""
+    if failed:
         return Status.FAILED, ""
     if liveness is not None:
         return liveness, ""

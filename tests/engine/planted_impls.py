@@ -44,3 +44,38 @@ class WrongOnFirstRun(UnfusedGemmRs):
         with open(marker, "w") as f:
             f.write("failed once\n")
         return y.mul_(2)
+
+
+def _node() -> int:
+    """The node (torchrun agent) this rank runs under: 0 on the driver's host (fuzz/pool.py)."""
+    from fuzz.config import NODE_ENV
+
+    return int(os.environ.get(NODE_ENV, "0"))
+
+
+class HangsOnRemoteNode(UnfusedGemmRs):
+    """At M == 55 the ranks of every node but the driver's block forever before the collective (their
+    peers on the driver's host then wait in it): the driver must report a HANG with the stacks of the
+    ranks of both nodes."""
+
+    name = "planted-hangs-on-remote-node"
+
+    def _run(self, x, w, out, M):
+        if M == TRIGGER_M and _node() != 0:
+            import time
+
+            while True:
+                time.sleep(0.05)
+        return super()._run(x, w, out, M)
+
+
+class DiesOnRemoteNode(UnfusedGemmRs):
+    """At M == 55 local rank 1 of every node but the driver's exits with code 17 (the others block in the
+    collective): a DIED naming that rank and its exit code, from its node's torchrun."""
+
+    name = "planted-dies-on-remote-node"
+
+    def _run(self, x, w, out, M):
+        if M == TRIGGER_M and _node() != 0 and int(os.environ.get("LOCAL_RANK", "0")) == 1:
+            os._exit(17)
+        return super()._run(x, w, out, M)
