@@ -20,7 +20,6 @@ exception, not a hang.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from .report import CaseReport
 from .status import Reproducibility, Status
@@ -28,7 +27,7 @@ from .status import Reproducibility, Status
 #: The per-call check an implementation fails when a valid call raises (its traceback in ``detail``).
 RAISED_CHECK = "call_raised"
 #: Seconds the driver waits for the other ranks once one rank reported an exception.
-GRACE_S = float(os.environ.get("GEMM_RS_ERROR_GRACE", "5"))
+GRACE_S = 5.0
 
 
 def breaks_schedule(msg: dict) -> bool:

@@ -28,7 +28,7 @@ class RaisesOnOneRank(UnfusedGemmRs):
 
 
 class WrongOnFirstRun(UnfusedGemmRs):
-    """Flaky: at M == 55 the result is doubled unless ``$GEMM_RS_TEST_FLAKY_DIR/rank<r>`` exists; the
+    """Flaky: at M == 55 the result is doubled unless ``$_GEMM_RS_TEST_FLAKY_DIR/rank<r>`` exists; the
     first such call creates it. So a case at M == 55 fails once and passes when re-run on a fresh pool
     (the marker outlives the pool): the harness must label the failure ``flaky``."""
 
@@ -38,7 +38,7 @@ class WrongOnFirstRun(UnfusedGemmRs):
         y = super()._run(x, w, out, M)
         if M != TRIGGER_M:
             return y
-        marker = os.path.join(os.environ["GEMM_RS_TEST_FLAKY_DIR"], f"rank{self.rank}")
+        marker = os.path.join(os.environ["_GEMM_RS_TEST_FLAKY_DIR"], f"rank{self.rank}")
         if os.path.exists(marker):
             return y
         with open(marker, "w") as f:
