@@ -2,10 +2,10 @@
 
 The driver (a pytest process, or ``fuzz.repro``) listens on the control address (loopback by default,
 :mod:`fuzz.network`); each rank connects, says hello and receives cases as JSON (:mod:`fuzz.channel`).
-:meth:`RankPool.run` sends one case to every
-rank and collects every rank's result; :mod:`fuzz.verdict` turns them into a status, :mod:`fuzz.render`
-into text. Ranks send their result as soon as their checks are done — before any cross-rank
-collective — so a rank's exception reaches the driver even when it leaves its peers blocked.
+:meth:`RankPool.run` sends one case to every rank and collects every rank's result; :mod:`fuzz.verdict`
+turns them into a status, :mod:`fuzz.render` into text. Ranks send their result as soon as their checks are
+done — before any cross-rank collective — so a rank's exception reaches the driver even when it leaves its
+peers blocked.
 
 Liveness (CONTRACT.md: nothing hangs):
 

@@ -59,14 +59,24 @@ def agent_network():
 
 
 def _nothing_left(agent: subprocess.Popen, pids: list[int]) -> None:
+    """Neither node keeps anything of the pool: no torchrun or rank under the agent, none of ``pids``."""
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (_descendants(agent.pid) or _descendants(os.getpid()) != []):
+    while time.monotonic() < deadline and (_descendants(agent.pid) or any(_alive(p) for p in pids)):
         time.sleep(0.2)
     assert _descendants(agent.pid) == [], "the node agent's torchrun or ranks outlived the pool"
-    assert not [p for p in pids if os.path.exists(f"/proc/{p}") and _descendants(os.getpid()).count(p)]
+    assert not [p for p in pids if _alive(p)], "a rank outlived the pool"
+    assert agent.poll() is None, "the node agent should outlive the pool (it serves the next one)"
 
 
-def test_a_hang_on_the_other_node_has_the_stacks_of_both_nodes(agent_network):
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_hang_on_the_other_node_has_the_stacks_of_both_nodes_then_the_pool_restarts(agent_network):
     agent, network = agent_network
     pool = RankPool(PoolSpec(impl=PLANTED + "HangsOnRemoteNode", world_size=2, nnodes=2), network=network)
     try:
@@ -74,22 +84,32 @@ def test_a_hang_on_the_other_node_has_the_stacks_of_both_nodes(agent_network):
         assert ok.passed, ok.render()
         assert sorted(h["node"] for h in pool.hello.values()) == [0, 1]
         remote = next(r for r, h in pool.hello.items() if h["node"] == 1)
-        report = pool.run(Case("compute", ms=[55], **SMALL), deadline=4)
+        report = pool.run(Case("compute", ms=[55], **SMALL), deadline=3)
         assert report.status == Status.HANG, report.render()
         assert set(report.stacks) == {0, 1}
         assert "HangsOnRemoteNode" in report.stacks[remote] or "planted_impls.py" in report.stacks[remote]
         assert "reduce_scatter" in report.stacks[1 - remote]  # the driver's node waits in the collective
         assert "--nnodes 2" in report.repro()
+        assert not pool.alive  # killed on both nodes at once
+        pids = list(pool.last_pids.values())
+        assert len(pids) == 2
+        again = pool.run(Case("compute", ms=[9], **SMALL), deadline=60)  # a fresh pool: the agent launches again
+        assert again.passed, again.render()
+        assert pool.starts == 2
+        pids += list(pool.rank_pids().values())
     finally:
         pool.close()
-    _nothing_left(agent, [])
+    _nothing_left(agent, pids)
 
 
-def test_a_rank_dying_on_the_other_node_is_died_then_the_pool_restarts(agent_network):
+def test_four_ranks_on_two_nodes_pass_and_a_rank_dying_on_the_other_node_is_died(agent_network):
     agent, network = agent_network
     pool = RankPool(PoolSpec(impl=PLANTED + "DiesOnRemoteNode", world_size=4, nnodes=2), network=network)
     try:
-        pool.start()
+        ok = pool.run(Case("compute", ms=[130], kind="exact", **SMALL), deadline=60)
+        assert ok.passed, ok.render()
+        assert sorted(h["node"] for h in pool.hello.values()) == [0, 0, 1, 1]
+        pids = list(pool.rank_pids().values())
         victim = next(r for r, h in pool.hello.items() if h["node"] == 1 and r in pool.agents[0].pids
                       and _local_rank(pool, r) == 1)
         t0 = time.monotonic()
@@ -98,12 +118,9 @@ def test_a_rank_dying_on_the_other_node_is_died_then_the_pool_restarts(agent_net
         assert report.status == Status.DIED, report.render()
         assert f"rank {victim} died mid-case: exit code 17" in report.note, report.note
         assert not pool.alive
-        again = pool.run(Case("compute", ms=[9], **SMALL), deadline=60)
-        assert again.passed, again.render()
-        assert pool.starts == 2
     finally:
         pool.close()
-    _nothing_left(agent, [])
+    _nothing_left(agent, pids)
 
 
 def _local_rank(pool: RankPool, rank: int) -> int:
