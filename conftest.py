@@ -10,20 +10,20 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from fuzz import config as fuzz_config  # noqa: E402
 from fuzz import settings as fuzz_settings  # noqa: E402
 
 fuzz_settings.load()
 
 
 def pytest_addoption(parser):
-    g = parser.getgroup("gemm-rs", "GEMM-RS gate")
-    g.addoption("--impl", default=os.environ.get("GEMM_RS_IMPL"),
-                help="comma list of implementations to gate (names or module:attr); default: everything "
-                     "the host can run (unfused; fused too on a Hopper GPU)")
-    g.addoption("--world-sizes", default=os.environ.get("GEMM_RS_WORLD_SIZES"),
-                help="comma list of W; default 1,2,3,4,8 (cpu) / 1,2,4,8 (gpu)")
-    g.addoption("--topology", default=os.environ.get("GEMM_RS_TOPOLOGIES"),
-                help="comma list of cpu, shared-gpu, multi-gpu; default: all the host supports")
+    g = parser.getgroup("gemm-rs", "GEMM-RS gate (fuzz/config.py: flag, else its GEMM_RS_ variable)")
+    fuzz_config.add_flags(g.addoption, fuzz_config.COMMON["pytest fuzz/"])
+
+
+def pytest_configure(config):
+    """The gate's flags become this process's settings (fuzz/config.py), over the environment."""
+    fuzz_config.install({name: config.getoption(name) for name in fuzz_config.COMMON["pytest fuzz/"]})
 
 
 def pytest_report_header(config):

@@ -1,7 +1,12 @@
 """The release campaign behind ``ci/gate``: run the fuzz gate for this host, then summarise.
 
     python -m fuzz.campaign [--profile smoke|ci|nightly] [--impl ...] [--world-sizes ...] [--topology ...]
-                            [--out reports/<stamp>]
+                            [--report-dir reports/<stamp>] [--nnodes N --control-address HOST:PORT] ...
+
+(every flag: ``--help``, fuzz/config.py). With the ``ci`` or ``smoke`` profile (derandomized: no example
+database of its own) and examples stored in the database (``--hypothesis-db``), a replay pass of those
+runs first (``HYPOTHESIS_PROFILE=replay``, its cases in the same report): a failure last night's run found
+is the first thing tried.
 
 It runs ``PYTHONOPTIMIZE=1 pytest -n auto fuzz/`` (how users run the gate) with every case recorded as a
 JSON line (fuzz/record.py), shows progress while it runs (cases done, failures so far, rate), then
@@ -21,15 +26,11 @@ import sys
 import threading
 import time
 
-from .pool import killpg_while_alive
+from . import config
+from .node import killpg_while_alive
+from .settings import GATE_PROFILES as PROFILES
+from .settings import stored_examples
 from .status import Status
-
-PROFILES = {
-    # profile: (HYPOTHESIS_PROFILE, examples override or None)
-    "smoke": ("ci", "4"),
-    "ci": ("ci", None),
-    "nightly": ("nightly", None),
-}
 
 
 def default_pools_per_gpu(cpus: int | None = None) -> int:
@@ -84,7 +85,7 @@ def expected_cases(cmd: list[str], env: dict, root: str) -> int | None:
     proc = subprocess.run(collect + ["--collect-only", "-q"], env=env, cwd=root, capture_output=True, text=True)
     if proc.returncode not in (0, 5):
         return None
-    profile, override = env.get("HYPOTHESIS_PROFILE", "ci"), env.get("GEMM_RS_EXAMPLES")
+    profile, override = env.get("HYPOTHESIS_PROFILE", "ci"), env.get(config.BY_NAME["examples"].env)
     total = 0
     for line in proc.stdout.splitlines():
         name = line.split("::")[-1].split("[")[0] if "::" in line else ""
@@ -109,52 +110,17 @@ def _progress(out_dir: str, stop: threading.Event, t0: float, every: float, expe
         last = done
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="ci/gate", description="GEMM-RS release campaign for this host")
-    ap.add_argument("--profile", choices=sorted(PROFILES), default="ci")
-    ap.add_argument("--impl", default=None, help="comma list; default: all the host can run")
-    ap.add_argument("--world-sizes", default=None)
-    ap.add_argument("--topology", default=None)
-    ap.add_argument("--out", default=None, help="report directory (default reports/<UTC stamp>)")
-    ap.add_argument("--jobs", default=os.environ.get("GEMM_RS_JOBS", "auto"))
-    ap.add_argument("--progress-every", type=float, default=15.0)
-    ap.add_argument("--time-limit", type=float, default=None,
-                    help="seconds; then pytest is interrupted, the report is still written and the verdict is FAIL")
-    ap.add_argument("--pools-per-gpu", type=int, default=None,
-                    help="shared-gpu rank pools time-slicing one GPU at once (default: GEMM_RS_POOLS_PER_GPU, "
-                         "else a quarter of the CPU cores, 1 to 4)")
-    args, extra = ap.parse_known_args(argv)
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out_dir = os.path.abspath(args.out or os.path.join(root, "reports", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
-    os.makedirs(out_dir, exist_ok=True)
-    hyp_profile, examples = PROFILES[args.profile]
-    env = dict(os.environ, PYTHONOPTIMIZE="1", HYPOTHESIS_PROFILE=hyp_profile, GEMM_RS_REPORT_DIR=out_dir)
-    if examples:
-        env["GEMM_RS_EXAMPLES"] = examples
-    env["GEMM_RS_POOLS_PER_GPU"] = str(args.pools_per_gpu or env.get("GEMM_RS_POOLS_PER_GPU")
-                                       or default_pools_per_gpu())
-    cmd = [sys.executable, "-m", "pytest", os.path.join(root, "fuzz"), "-q", "-n", str(args.jobs),
-           "-p", "no:cacheprovider", "-rs", f"--junitxml={os.path.join(out_dir, 'junit.xml')}"]
-    for opt, val in (("--impl", args.impl), ("--world-sizes", args.world_sizes), ("--topology", args.topology)):
-        if val:
-            cmd += [opt, val]
-    cmd += extra
-    print(f"[gate] profile {args.profile}; report in {out_dir}; {env['GEMM_RS_POOLS_PER_GPU']} pool(s) per GPU\n"
-          f"[gate] {' '.join(cmd)}", flush=True)
-    expected = expected_cases(cmd, env, root)
-    t0 = time.time()
-    stop = threading.Event()
-    ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every, expected), daemon=True)
-    ticker.start()
+def run_pytest(cmd: list[str], env: dict, root: str, log_path: str, time_limit: float | None) -> tuple[int, bool]:
+    """One pytest session, its output in ``log_path`` (failures and REPRO lines echoed); (exit code, whether
+    ``time_limit`` interrupted it)."""
     timed_out = threading.Event()
-    with open(os.path.join(out_dir, "pytest.log"), "w") as log:
+    with open(log_path, "a") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         leader = os.pidfd_open(proc.pid)  # not reaped yet: pins pytest, the leader of its session
         limit = None
-        if args.time_limit:
-            limit = threading.Timer(args.time_limit, _interrupt, args=(proc, leader, timed_out))
+        if time_limit is not None:
+            limit = threading.Timer(max(0.0, time_limit), _interrupt, args=(proc, leader, timed_out))
             limit.daemon = True
             limit.start()
         for line in proc.stdout:
@@ -166,14 +132,63 @@ def main(argv=None) -> int:
             limit.cancel()
             limit.join()
         os.close(leader)
+    return rc, timed_out.is_set()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="ci/gate", description="GEMM-RS release campaign for this host")
+    config.add_to_parser(ap, "ci/gate", helps={"report_dir": "report directory (default reports/<UTC stamp>)"})
+    ap.add_argument("--progress-every", type=float, default=15.0)
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="seconds; then pytest is interrupted, the report is still written and the verdict is FAIL")
+    args, extra = ap.parse_known_args(argv)
+    cfg = config.install(args)
+    if cfg.profile not in PROFILES:
+        ap.error(f"--profile must be one of {sorted(PROFILES)}, not {cfg.profile!r}")
+    nnodes = cfg.integer("nnodes") or 1
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out_dir = os.path.abspath(cfg.report_dir or os.path.join(root, "reports",
+                                                             time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
+    os.makedirs(out_dir, exist_ok=True)
+    hyp_profile, examples = PROFILES[cfg.profile]
+    env = dict(os.environ, PYTHONOPTIMIZE="1", HYPOTHESIS_PROFILE=hyp_profile, GEMM_RS_REPORT_DIR=out_dir)
+    if examples and not cfg.examples:
+        env["GEMM_RS_EXAMPLES"] = examples
+    env["GEMM_RS_POOLS_PER_GPU"] = str(cfg.pools_per_gpu or default_pools_per_gpu())
+    jobs = "0" if nnodes > 1 else cfg.jobs  # a pool across nodes listens on one control port: one driver
+    cmd = [sys.executable, "-m", "pytest", os.path.join(root, "fuzz"), "-q", "-n", str(jobs),
+           "-p", "no:cacheprovider", "-rs"]
+    cmd += extra
+    print(f"[gate] profile {cfg.profile}; report in {out_dir}; {env['GEMM_RS_POOLS_PER_GPU']} pool(s) per GPU"
+          + (f"; {nnodes} nodes (node agents dial {cfg.control_address})" if nnodes > 1 else "")
+          + f"\n[gate] {' '.join(cmd)}", flush=True)
+    t0 = time.time()
+    rc = 0
+    interrupted = False
+    stored = stored_examples()
+    if hyp_profile == "ci" and stored:  # a failure a nightly run stored is the first thing tried
+        print(f"[gate] replaying {stored} stored example(s) from the example database first", flush=True)
+        rc, interrupted = run_pytest(cmd + [f"--junitxml={os.path.join(out_dir, 'junit-replay.xml')}"],
+                                     dict(env, HYPOTHESIS_PROFILE="replay"), root,
+                                     os.path.join(out_dir, "pytest.log"), args.time_limit)
+    main_cmd = cmd + [f"--junitxml={os.path.join(out_dir, 'junit.xml')}"]
+    expected = expected_cases(main_cmd, env, root)
+    stop = threading.Event()
+    ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every, expected), daemon=True)
+    ticker.start()
+    if not interrupted:
+        left = None if args.time_limit is None else args.time_limit - (time.time() - t0)
+        main_rc, interrupted = run_pytest(main_cmd, env, root, os.path.join(out_dir, "pytest.log"), left)
+        rc = rc or main_rc
     stop.set()
-    if timed_out.is_set():
+    if interrupted:
         print(f"[gate] time limit of {args.time_limit:.0f}s reached: pytest was interrupted; the report covers the "
               f"cases run so far and the verdict is FAIL", flush=True)
     from .summary import summarise
 
-    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=args.profile,
-                        interrupted=f"time limit of {args.time_limit:.0f}s reached" if timed_out.is_set() else None)
+    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=cfg.profile,
+                        interrupted=f"time limit of {args.time_limit:.0f}s reached" if interrupted else None)
     print(summary["markdown"])
     return 0 if summary["verdict"] == "PASS" else 1
 

@@ -109,9 +109,10 @@ class PoolSpec:
     world_size: int = 2
     optimize: int = 0
     sanitizer: str | None = None  # compute-sanitizer tool the ranks run under (memcheck, racecheck, ...)
+    nnodes: int = 1               # hosts (torchrun agents) the W ranks are spread over, W / nnodes each
 
     def key(self) -> tuple:
-        return (self.impl, self.topology, self.world_size, self.optimize, self.sanitizer)
+        return (self.impl, self.topology, self.world_size, self.optimize, self.sanitizer, self.nnodes)
 
 
 def repro_command(case: Case, spec: PoolSpec) -> str:
@@ -119,6 +120,7 @@ def repro_command(case: Case, spec: PoolSpec) -> str:
     py = "python -O" if spec.optimize else "python"
     return (
         f"{py} -m fuzz.repro --impl {shlex.quote(spec.impl)} --topology {spec.topology} "
-        f"--world-size {spec.world_size} --case {shlex.quote(case.to_json())}"
+        f"--world-sizes {spec.world_size} --case {shlex.quote(case.to_json())}"
         + (f" --sanitizer {spec.sanitizer}" if spec.sanitizer else "")
+        + (f" --nnodes {spec.nnodes}" if spec.nnodes > 1 else "")
     )

@@ -1,4 +1,5 @@
-"""The driver <-> rank channel: newline-delimited JSON over a loopback TCP socket. Plain data only
+"""The driver <-> rank channel: newline-delimited JSON over a TCP socket (loopback
+unless ``--control-address`` says otherwise). Plain data only
 (no pickle): a rank can never execute what the driver sends, and a log of the channel is readable."""
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ class Channel:
             pass
 
 
-def connect(addr: str) -> Channel:
+def connect(addr: str, timeout: float = 60) -> Channel:
     host, port = addr.rsplit(":", 1)
-    s = socket.create_connection((host, int(port)), timeout=60)
+    s = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return Channel(s)

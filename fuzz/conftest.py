@@ -8,25 +8,22 @@ that fails with the reason — the gate never passes an implementation it did no
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
 
 from fuzz.case import PoolSpec
+from fuzz.config import current
 from fuzz.pool import RankPool
 from fuzz.topology import available_topologies, gpu_count, lease_gpus, pools_per_gpu
 
-LEASE_WAIT_S = float(os.environ.get("GEMM_RS_GPU_LEASE_WAIT", "1800"))
+#: Seconds a worker waits for a GPU another run on this host holds.
+LEASE_WAIT_S = 1800.0
 
 _POOLS: dict[tuple, RankPool] = {}
 _LEASES: dict[str, object] = {}
 #: shared-gpu (impl, W) -> its place (GPU slot) number, set at collection
 _PLACE: dict[tuple[str, int], int] = {}
-
-
-def _csv(value):
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
 def _has_hopper() -> bool:
@@ -49,10 +46,26 @@ UNRUNNABLE = "unrunnable"
 _UNRUNNABLE_WHY: dict[str, str] = {}
 
 
-def gate_matrix(config) -> list[tuple[str, str, int]]:
-    topologies = _csv(config.getoption("--topology")) or available_topologies()
-    impls = _csv(config.getoption("--impl")) or (["unfused", "fused"] if _has_hopper() else ["unfused"])
-    sizes = _csv(config.getoption("--world-sizes"))
+def pytest_configure(config):
+    if nnodes() > 1 and getattr(config.option, "numprocesses", None) not in (None, 0):
+        raise pytest.UsageError("a rank pool across nodes listens on one control port (--control-address): run "
+                                "the gate with -n 0 (ci/gate does so by itself with --nnodes)")
+
+
+def nnodes(cfg=None) -> int:
+    return (cfg or current()).integer("nnodes") or 1
+
+
+def gate_matrix(cfg=None) -> list[tuple[str, str, int]]:
+    """(implementation, topology, W) of every gate entry, from the settings (``cfg``, default this
+    process's: fuzz/config.py)."""
+    cfg = cfg or current()
+    hosts = nnodes(cfg)
+    topologies = cfg.csv("topology") or available_topologies()
+    impls = cfg.csv("impl") or (["unfused", "fused"] if _has_hopper() else ["unfused"])
+    sizes = cfg.csv("world_sizes")
+    if hosts > 1:  # ranks of one pool on several hosts: not one shared GPU, and W a multiple of the hosts
+        topologies = [t for t in topologies if t != "shared-gpu"]
     out = []
     for impl in impls:
         runnable = [t for t in topologies if not (impl in NEEDS_GPU and t == "cpu")]
@@ -65,7 +78,9 @@ def gate_matrix(config) -> list[tuple[str, str, int]]:
         for topo in runnable:
             ws = [int(w) for w in sizes] if sizes else ([1, 2, 3, 4, 8] if topo == "cpu" else [1, 2, 4, 8])
             if topo == "multi-gpu" and not sizes:
-                ws = [w for w in ws if 2 <= w <= gpu_count()]  # one GPU per rank; W=1 is shared-gpu's
+                ws = [w for w in ws if 2 <= w <= gpu_count() * hosts]  # one GPU per rank; W=1 is shared-gpu's
+            if not sizes:
+                ws = [w for w in ws if w % hosts == 0]
             for w in ws:
                 out.append((impl, topo, w))
     return out
@@ -73,7 +88,7 @@ def gate_matrix(config) -> list[tuple[str, str, int]]:
 
 def pytest_generate_tests(metafunc):
     if "gate" in metafunc.fixturenames:
-        combos = gate_matrix(metafunc.config)
+        combos = gate_matrix()
         ids = [f"{i}-{t}" if t == UNRUNNABLE else f"{i}-{t}-W{w}" for i, t, w in combos]
         metafunc.parametrize("gate", combos, ids=ids, scope="session")
 
@@ -105,12 +120,12 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
         pytest.fail(_UNRUNNABLE_WHY.get(impl, f"--impl {impl} can run on none of this host's topologies"),
                     pytrace=False)
     spec = PoolSpec(impl=impl, topology=topology, world_size=world_size,
-                    optimize=sys.flags.optimize if optimize is None else optimize)
+                    optimize=sys.flags.optimize if optimize is None else optimize, nnodes=nnodes())
     pool = _POOLS.get(spec.key())
     if pool is None:
         gpus = None
         if topology != "cpu":
-            need = 1 if topology == "shared-gpu" else world_size
+            need = 1 if topology == "shared-gpu" else world_size // nnodes()
             if need > gpu_count():
                 pytest.skip(f"{topology} at W={world_size} needs {need} GPU(s); this host has {gpu_count()}")
             shared = topology == "shared-gpu"

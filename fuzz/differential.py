@@ -1,7 +1,10 @@
 """Differential mode: the same cases on several implementations, results compared with each other.
 
-    python -m fuzz.differential --impls fused,torch-async-tp,unfused --topology shared-gpu --world-size 2 \\
-                                [--cases 40] [--family compute]
+    python -m fuzz.differential --impl fused,torch-async-tp,unfused --topology shared-gpu --world-sizes 2 \\
+                                [--profile smoke|ci|nightly] [--cases N] [--family compute]
+
+(``--profile`` sets how many cases: 10 / 40 / 200; ``--cases`` overrides it; several ``--world-sizes`` run
+the comparison at each W.)
 
 Every case runs on one pool per implementation (the gate's full property set still runs on each); each
 call's result is fingerprinted on the ranks (fuzz.execute.digest). Then, call by call:
@@ -26,6 +29,7 @@ from collections import defaultdict
 
 from hypothesis import HealthCheck, given, settings
 
+from . import config
 from .case import Case, PoolSpec
 from .pool import RankPool
 from .status import Status
@@ -104,29 +108,38 @@ def render(summary: dict) -> str:
     return "\n".join(lines)
 
 
+#: --profile -> cases per world size
+PROFILE_CASES = {"smoke": 10, "ci": 40, "nightly": 200}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fuzz.differential", description=__doc__.splitlines()[0])
-    ap.add_argument("--impls", required=True, help="comma list, e.g. fused,torch-async-tp,unfused")
-    ap.add_argument("--topology", default="cpu")
-    ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--cases", type=int, default=40)
+    config.add_to_parser(ap, "fuzz.differential", helps={"impl": "implementations to compare (two or more)"})
+    ap.add_argument("--cases", type=int, default=None, help="cases per world size (default: by --profile)")
     ap.add_argument("--family", default="compute", choices=("compute", "graph"))
     args = ap.parse_args(argv)
-    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    cases = sample_cases(args.family, args.world_size, args.topology, args.cases)
-    results: dict[str, list] = {}
-    for impl in impls:
-        pool = RankPool(PoolSpec(impl=impl, topology=args.topology, world_size=args.world_size,
-                                 optimize=sys.flags.optimize))
-        try:
-            results[impl] = [pool.run(c) for c in cases]
-        finally:
-            pool.close()
-    summary = compare(results)
-    print(f"{len(cases)} {args.family} cases, W={args.world_size}, topology {args.topology}")
-    print(render(summary))
-    failed = any(v for i, s in summary["statuses"].items() for k, v in s.items() if not Status(k).ok)
-    ok = not summary["disagreements"] and not failed
+    cfg = config.install(args)
+    impls = cfg.csv("impl")
+    if not impls or len(impls) < 2:
+        ap.error("--impl needs two or more implementations to compare")
+    topology = cfg.topology or "cpu"
+    n = args.cases or PROFILE_CASES.get(cfg.profile, PROFILE_CASES["ci"])
+    ok = True
+    for w in [int(x) for x in cfg.csv("world_sizes") or ["2"]]:
+        cases = sample_cases(args.family, w, topology, n)
+        results: dict[str, list] = {}
+        for impl in impls:
+            pool = RankPool(PoolSpec(impl=impl, topology=topology, world_size=w, optimize=sys.flags.optimize,
+                                     nnodes=cfg.integer("nnodes") or 1))
+            try:
+                results[impl] = [pool.run(c) for c in cases]
+            finally:
+                pool.close()
+        summary = compare(results)
+        print(f"{len(cases)} {args.family} cases, W={w}, topology {topology}")
+        print(render(summary))
+        failed = any(v for i, s in summary["statuses"].items() for k, v in s.items() if not Status(k).ok)
+        ok = ok and not summary["disagreements"] and not failed
     print(f"verdict: {'PASSED' if ok else 'FAILED'}")
     return 0 if ok else 1
 

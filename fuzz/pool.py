@@ -1,10 +1,11 @@
 """A long-lived pool of W rank processes started with ``torchrun``, reused across cases: its lifecycle.
 
-The driver (a pytest process, or ``fuzz.repro``) listens on a loopback port; each rank connects, says
-hello and receives cases as JSON (:mod:`fuzz.channel`). :meth:`RankPool.run` sends one case to every
-rank and collects every rank's result; :mod:`fuzz.verdict` turns them into a status, :mod:`fuzz.render`
-into text. Ranks send their result as soon as their checks are done — before any cross-rank
-collective — so a rank's exception reaches the driver even when it leaves its peers blocked.
+The driver (a pytest process, or ``fuzz.repro``) listens on the control address (loopback by default,
+:mod:`fuzz.network`); each rank connects, says hello and receives cases as JSON (:mod:`fuzz.channel`).
+:meth:`RankPool.run` sends one case to every rank and collects every rank's result; :mod:`fuzz.verdict`
+turns them into a status, :mod:`fuzz.render` into text. Ranks send their result as soon as their checks are
+done — before any cross-rank collective — so a rank's exception reaches the driver even when it leaves its
+peers blocked.
 
 Liveness (CONTRACT.md: nothing hangs):
 
@@ -19,10 +20,15 @@ Liveness (CONTRACT.md: nothing hangs):
 * ``close()`` / interpreter exit kill torchrun and the ranks; ranks also die with torchrun
   (PR_SET_PDEATHSIG) and with the driver (a watchdog thread polls its pid).
 
-Signals reach only processes that are provably this pool's: each rank is pinned by a pidfd opened at
-hello time (after checking that it descends from our torchrun), and a rank's process group is signalled
-only while the pidfd of its leader says the leader is alive; torchrun's group only while its Popen
-handle has not been reaped. A pid that died and was reused by someone else is never signalled.
+Signals reach only processes that are provably this pool's (fuzz/node.py): each rank is pinned by a pidfd
+opened at hello time, after checking that it descends from its node's torchrun.
+
+Across hosts (``PoolSpec.nnodes`` > 1): one torchrun agent per host, joined by torchrun's c10d rendezvous
+(hosted by the driver's host); every other host runs :mod:`fuzz.node_agent`, which dials the control
+channel and acts for the driver there — launches that host's torchrun, pins its ranks, collects their
+stacks and logs, kills them. Liveness holds across hosts: a rank stuck on another host is a HANG with the
+stacks of every rank of every host, a rank dying there a DIED (its channel closes, or that host's torchrun
+exits and its agent says so), and a killed pool leaves nothing on any host.
 """
 
 from __future__ import annotations
@@ -30,231 +36,234 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import re
-import select
 import selectors
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
+import uuid
 
 from . import verdict
 from .case import Case, PoolSpec
 from .channel import Channel, ChannelClosed
+from .config import DRIVER_ENV, DRIVER_PID_ENV, IMPL_ENV, LOGDIR_ENV, NODE_ENV, current
+from .network import PoolNetwork
+from .node import STACKS_WAIT_S, LocalNode, PoolError, first_failure, killpg_while_alive, torchrun_command
+from .node_agent import RemoteNode
 from .report import CaseReport
 from .status import Status
 from .topology import rank_env
 
-DEFAULT_DEADLINE = float(os.environ.get("GEMM_RS_CASE_DEADLINE", "120"))
-START_TIMEOUT = float(os.environ.get("GEMM_RS_POOL_START_TIMEOUT", "180"))
-#: Seconds ranks get to write their stacks after SIGUSR1.
-STACKS_WAIT_S = 2.0
+__all__ = ["RankPool", "PoolError", "first_failure", "killpg_while_alive", "DEFAULT_DEADLINE", "START_TIMEOUT",
+           "STACKS_WAIT_S"]
 
-
-class PoolError(RuntimeError):
-    """The pool could not start, or broke outside a case."""
-
-
-class RankProcess:
-    """One rank's process, pinned by a pidfd opened at hello, and the process group it leads (or that its
-    launcher leads, e.g. ``compute-sanitizer`` under sanitizer mode)."""
-
-    def __init__(self, rank: int, pid: int, launcher_pid: int):
-        self.rank, self.pid = rank, pid
-        self._fds: list[int] = []
-        try:
-            self.fd = self._pin(pid, launcher_pid)
-            self.pgid = os.getpgid(pid)
-            if self.pgid == pid:
-                self.leader_fd: int | None = self.fd
-            elif self.pgid == launcher_pid:
-                self.leader_fd = None  # torchrun's own group: signalled through its Popen handle
-            else:
-                self.leader_fd = self._pin(self.pgid, launcher_pid)
-            if self.exited():
-                raise ProcessLookupError(pid)
-        except (OSError, PoolError) as exc:  # ProcessLookupError is an OSError
-            self.close()
-            raise PoolError(f"rank {rank} (pid {pid}) is gone or not a process of this pool: {exc}") from exc
-
-    def _pin(self, pid: int, launcher_pid: int) -> int:
-        fd = os.pidfd_open(pid)
-        self._fds.append(fd)
-        if not _descends_from(pid, launcher_pid):
-            raise PoolError(f"pid {pid} does not descend from this pool's torchrun (pid {launcher_pid})")
-        return fd
-
-    def exited(self, timeout: float = 0.0) -> bool:
-        return _fd_exited(self.fd, timeout)
-
-    def signal(self, sig: int) -> None:
-        try:
-            signal.pidfd_send_signal(self.fd, sig)
-        except ProcessLookupError:
-            pass
-
-    def signal_group(self, sig: int) -> None:
-        """``sig`` to the rank's process group while its leader is provably alive, and to the rank."""
-        if self.leader_fd is not None:
-            killpg_while_alive(self.leader_fd, self.pgid, sig)
-        self.signal(sig)
-
-    def close(self) -> None:
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
+DEFAULT_DEADLINE = current().number("case_deadline")
+#: Seconds a pool (all its nodes) gets to start.
+START_TIMEOUT = 180.0
+#: Threads per rank (torch intra-op): ranks share the host's cores.
+RANK_THREADS = "1"
+#: Seconds node agents get to answer the driver (a kill waits for ranks to be gone; a diagnosis for stacks).
+AGENT_REPLY_S = 20.0
 
 
 class RankPool:
     def __init__(self, spec: PoolSpec, *, gpus: list[int] | None = None, logdir: str | None = None,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, network: PoolNetwork | None = None):
         self.spec = spec
         self.gpus = gpus
         self.extra_env = dict(extra_env or {})
+        self.network = network or PoolNetwork.from_config()
         self.logdir = logdir or tempfile.mkdtemp(prefix=f"gemm-rs-pool-W{spec.world_size}-")
-        self.proc: subprocess.Popen | None = None
+        self.local = LocalNode(0, self.logdir, sanitizer=bool(spec.sanitizer))
+        self.agents: list[RemoteNode] = []  # the other hosts' node agents (nnodes - 1 of them)
         self.chans: dict[int, Channel] = {}
         self.hello: dict[int, dict] = {}
-        self.procs: dict[int, RankProcess] = {}
         self.starts = 0
         self.start_seconds: list[float] = []
         self.cases_since_start = 0
-        self.last_pids: dict[int, int] = {}
+        self._server: socket.socket | None = None  # kept while the pool lives when it spans nodes
         self._ids = itertools.count()
-        self._launcher_log = None
         atexit.register(self.close)
 
     # lifecycle ------------------------------------------------------------------------------
     @property
+    def proc(self):
+        """This host's torchrun (a Popen), while running."""
+        return self.local.proc
+
+    @property
+    def last_pids(self) -> dict[int, int]:
+        out = dict(self.local.last_pids)
+        for a in self.agents:
+            out.update(a.last_pids)
+        return out
+
+    @property
+    def nodes(self) -> list:
+        return [self.local, *self.agents]
+
+    @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and len(self.chans) == self.spec.world_size
+        return (len(self.chans) == self.spec.world_size and not any(n.exited() for n in self.nodes))
 
     def rank_pids(self) -> dict[int, int]:
-        return {r: p.pid for r, p in self.procs.items()}
+        """Every rank's pid (on its own host)."""
+        out = self.local.rank_pids()
+        for a in self.agents:
+            out.update(a.pids)
+        return out
+
+    def node_of(self, rank: int) -> int:
+        return int(self.hello.get(rank, {}).get("node", 0))
 
     def start(self) -> None:
         if self.alive:
             return
         self.kill()
         t0 = time.perf_counter()
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.bind(("127.0.0.1", 0))
-        server.listen(self.spec.world_size)
-        host, port = server.getsockname()
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        for f in os.listdir(self.logdir):
-            os.unlink(os.path.join(self.logdir, f))
-        self._launcher_log = open(os.path.join(self.logdir, "torchrun.log"), "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(self._command(), env=self._env(repo, f"{host}:{port}"),
-                                     stdout=self._launcher_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, cwd=repo)
-        server.settimeout(1.0)
+        nnodes, world = self.spec.nnodes, self.spec.world_size
+        if nnodes < 1 or world % nnodes:
+            raise PoolError(f"W={world} does not split evenly over {nnodes} nodes (torchrun starts the same "
+                            f"number of ranks on every node)")
         deadline = time.monotonic() + START_TIMEOUT
+        server = self._server or self.network.listen(nnodes, world + nnodes)
+        if nnodes > 1:
+            self._server = server
+        port = server.getsockname()[1]
+        driver = f"{self.network.dial_host()}:{port}"
         pending: list[Channel] = []
         try:
-            while len(pending) < self.spec.world_size:
+            if nnodes > 1:
+                self._await_agents(server, deadline, driver)
+            add, unset = self._rank_env(driver)
+            nproc, rdzv, run_id = world // nnodes, None, None
+            if nnodes > 1:
+                rdzv, run_id = self.network.rendezvous(), f"gemm-rs-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            env = {k: v for k, v in os.environ.items() if k not in unset}
+            env.update(add)
+            env.update({LOGDIR_ENV: self.logdir, DRIVER_PID_ENV: str(os.getpid()), NODE_ENV: "0"})
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH", "")) if p)
+            cmd = torchrun_command(sanitizer=self.spec.sanitizer, logdir=self.logdir, nproc=nproc, nnodes=nnodes,
+                                   rdzv_endpoint=rdzv, run_id=run_id, hosts_rdzv=True)
+            self.local.launch(cmd, env, _REPO)
+            remote_env = dict(add, **rank_env(self.spec.topology, None))  # other hosts: their own GPUs
+            for i, agent in enumerate(self.agents, 1):
+                agent.launch(i, {"env": remote_env, "unset": list(unset), "nproc": nproc, "nnodes": nnodes,
+                                 "rdzv_endpoint": rdzv, "run_id": run_id, "sanitizer": self.spec.sanitizer})
+            server.settimeout(1.0)
+            hellos: dict[int, tuple[Channel, dict]] = {}
+            while len(hellos) < world:
                 if time.monotonic() > deadline:
                     raise PoolError(f"pool did not start within {START_TIMEOUT:.0f}s\n{self._tails()}")
-                if self.proc.poll() is not None:
-                    raise PoolError(f"torchrun exited with {self.proc.returncode} while starting\n{self._tails()}")
+                gone = [n for n in self.nodes if n.exited()]
+                if gone:
+                    raise PoolError(f"{self._exited(gone)} while starting\n{self._tails()}")
                 try:
                     conn, _ = server.accept()
                 except TimeoutError:
                     continue
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                pending.append(Channel(conn))
-            for ch in pending:
+                ch = Channel(conn)
+                pending.append(ch)
                 hello = ch.recv(timeout=max(1.0, deadline - time.monotonic()))
-                self.chans[hello["rank"]] = ch
-                self.hello[hello["rank"]] = hello
-                self.procs[hello["rank"]] = RankProcess(hello["rank"], hello["pid"], self.proc.pid)
+                if hello.get("type") != "hello":  # e.g. one node agent too many
+                    pending.remove(ch)
+                    ch.close()
+                    continue
+                hellos[hello["rank"]] = (ch, hello)
+            for r, (ch, hello) in sorted(hellos.items()):
+                self.chans[r], self.hello[r] = ch, hello
+            by_node: dict[int, dict[int, int]] = {}
+            for r, hello in self.hello.items():
+                by_node.setdefault(self.node_of(r), {})[r] = hello["pid"]
+            self.local.pin(by_node.pop(0, {}))
+            for agent in self.agents:
+                agent.pin(by_node.pop(agent.index, {}))
+            if by_node:
+                raise PoolError(f"ranks said hello from unknown nodes {sorted(by_node)}")
         except BaseException:
             for ch in pending:
                 ch.close()
+            self.chans = {}
             self.kill()
             raise
         finally:
-            server.close()
+            if nnodes == 1:
+                server.close()
         self.starts += 1
         self.cases_since_start = 0
         self.start_seconds.append(time.perf_counter() - t0)
 
-    def _env(self, repo: str, driver: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(rank_env(self.spec.topology, self.gpus))
-        env.update(self.extra_env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-        env.update(GEMM_RS_DRIVER=driver, GEMM_RS_DRIVER_PID=str(os.getpid()), GEMM_RS_LOGDIR=self.logdir,
-                   GEMM_RS_IMPL=self.spec.impl, OMP_NUM_THREADS=env.get("GEMM_RS_RANK_THREADS", "1"),
-                   PYTHONUNBUFFERED="1")
-        if self.spec.optimize:
-            env["PYTHONOPTIMIZE"] = str(self.spec.optimize)
-        else:
-            env.pop("PYTHONOPTIMIZE", None)
-        return env
+    def _await_agents(self, server: socket.socket, deadline: float, driver: str) -> None:
+        """Until nnodes - 1 node agents are connected (those that went away are dropped)."""
+        for a in [a for a in self.agents if a.exited() and a.gone]:
+            self.agents.remove(a)
+        server.settimeout(1.0)
+        while len(self.agents) < self.spec.nnodes - 1:
+            if time.monotonic() > deadline:
+                raise PoolError(f"{len(self.agents)} of {self.spec.nnodes - 1} node agent(s) dialled in within "
+                                f"{START_TIMEOUT:.0f}s; on every other host run: python -m fuzz.node_agent "
+                                f"--driver {driver}")
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            ch = Channel(conn)
+            try:
+                hello = ch.recv(timeout=10)
+            except (OSError, ValueError):
+                ch.close()
+                continue
+            if hello.get("type") != "node-hello":
+                ch.close()
+                continue
+            self.agents.append(RemoteNode(ch, hello))
 
-    def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={self.spec.world_size}", "--max-restarts=0", "--monitor-interval=0.2"]
-        if self.spec.sanitizer:
-            # each rank: compute-sanitizer (its own log file per process) -> python -m fuzz.rank_worker
-            return cmd + ["--no-python", "compute-sanitizer", f"--tool={self.spec.sanitizer}",
-                          "--report-api-errors=no", "--print-limit=50",
-                          f"--log-file={os.path.join(self.logdir, 'sanitizer-%p.log')}",
-                          sys.executable, "-u", "-m", "fuzz.rank_worker"]
-        return cmd + ["-m", "fuzz.rank_worker"]
+    def _rank_env(self, driver: str) -> tuple[dict[str, str], tuple[str, ...]]:
+        """What every rank's environment adds to its host's, and what it drops."""
+        add = rank_env(self.spec.topology, self.gpus)
+        add.update(self.extra_env)
+        add.update({DRIVER_ENV: driver, IMPL_ENV: self.spec.impl, "OMP_NUM_THREADS": RANK_THREADS,
+                    "PYTHONUNBUFFERED": "1"})
+        if self.spec.optimize:
+            add["PYTHONOPTIMIZE"] = str(self.spec.optimize)
+            return add, ()
+        return add, ("PYTHONOPTIMIZE",)
 
     def close(self, grace_s: float = 10.0) -> None:
-        """Stop politely (ranks exit their loop, ``grace_s`` to do it), then make sure nothing is left."""
+        """Stop politely (ranks exit their loop, ``grace_s`` to do it), then make sure nothing is left on
+        any node; node agents are let go (they dial again for the next pool)."""
         if self.proc is not None and self.proc.poll() is None:
             for ch in self.chans.values():
                 try:
                     ch.send({"type": "stop"})
                 except OSError:
                     pass
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
+            self.local.wait(grace_s)
         self.kill()
+        for a in self.agents:
+            a.close()
+        self.agents = []
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
     def kill(self) -> None:
-        """SIGKILL to every rank (and the group it leads, while provably ours) and to torchrun's group
-        (while unreaped); waits for all of them; reaps torchrun. Nothing in a pool is worth a graceful
-        exit, except under a sanitizer: SIGTERM first, so it can write what it found."""
+        """Every rank of every node killed and gone (fuzz/node.py: LocalNode.kill, here and in each node
+        agent). Nothing in a pool is worth a graceful exit, except under a sanitizer."""
         for ch in self.chans.values():
             ch.close()
         self.chans = {}
-        steps = ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)) if self.spec.sanitizer else ((signal.SIGKILL, 10.0),)
-        for sig, wait_s in steps:
-            for p in self.procs.values():
-                p.signal_group(sig)
-            if self.proc is not None and self.proc.returncode is None:
-                try:
-                    os.killpg(self.proc.pid, sig)  # our child, not yet reaped: its pid cannot be anyone else's
-                except (ProcessLookupError, PermissionError):
-                    pass
-            if self._wait_gone(wait_s):
-                break
-        for p in self.procs.values():
-            p.close()
-        if self.procs:
-            self.last_pids = self.rank_pids()  # for orphan checks after the pool is gone
-        self.procs, self.hello, self.proc = {}, {}, None
-        if self._launcher_log is not None:
-            self._launcher_log.close()
-            self._launcher_log = None
-
-    def _wait_gone(self, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return False
-        return all(p.exited(max(0.0, end - time.monotonic())) for p in self.procs.values())
+        asked = [(a, a.send({"type": "kill"})) for a in self.agents if a.gone is None]
+        self.local.kill()
+        for a, rid in asked:
+            answer = a.reply(rid, AGENT_REPLY_S)
+            if answer is None:  # an agent that does not answer kills its node when we hang up on it
+                a.close()
+            else:
+                a.last_pids = {int(r): p for r, p in answer.get("pids", {}).items()} or a.last_pids
+            a.pids = {}
+        self.agents = [a for a in self.agents if a.gone is None]
+        self.hello = {}
 
     # cases ---------------------------------------------------------------------------------
     def run(self, case: Case, deadline: float | None = None, *, fresh: bool = False) -> CaseReport:
@@ -268,24 +277,29 @@ class RankPool:
         self.cases_since_start += 1
         case_id = next(self._ids)
         t0 = time.perf_counter()
-        stack_offsets = {r: _size(self._stack_file(r)) for r in self.procs}
-        log_offsets = {r: _size(self._log_file(r)) for r in self.procs}
-        results, liveness, note = self._exchange(case, case_id, deadline)
+        self.local.mark()
+        for a in self.agents:
+            a.send({"type": "mark"})
+        results, liveness, note, dead = self._exchange(case, case_id, deadline)
         status, why = verdict.judge(results, self.spec.world_size, liveness)
         report = CaseReport(case=case, spec=self.spec, status=status, ranks=results,
                             note="\n".join(p for p in (note, why) if p))
         report.seconds = time.perf_counter() - t0
         if not status.ok:
-            if liveness is not None or set(results) != set(self.procs):
-                report.stacks = self._collect_stacks(stack_offsets)  # where is everyone who did not answer
-            report.logs = self._collect_logs(log_offsets)
-            if liveness == Status.DIED:
-                report.note += "\n" + self._exit_note()
+            stacks = liveness is not None or set(results) != set(self.hello)  # where is everyone who did not answer
+            notes = dead if liveness == Status.DIED else set()
+            report_stacks, report.logs, exit_notes = self._diagnose(stacks, notes)
+            if stacks:
+                report.stacks = report_stacks
+            if exit_notes:
+                report.note += "\n" + exit_notes
             self.kill()
         return report
 
-    def _exchange(self, case: Case, case_id: int, deadline: float) -> tuple[dict[int, dict], Status | None, str]:
-        """Send the case, collect results: (rank -> result, HANG / DIED / None, what happened)."""
+    def _exchange(self, case: Case, case_id: int, deadline: float
+                  ) -> tuple[dict[int, dict], Status | None, str, set[int]]:
+        """Send the case, collect results: (rank -> result, HANG / DIED / None, what happened, the nodes
+        where a rank died)."""
         results: dict[int, dict] = {}
         sel = selectors.DefaultSelector()
         try:
@@ -308,16 +322,17 @@ class RankPool:
             while True:
                 take()
                 if not waiting:
-                    return results, None, ""
+                    return results, None, "", set()
                 now = time.monotonic()
                 if grace and now >= grace[0]:
                     return results, None, (
                         f"rank(s) {sorted(waiting)} gave no result within {verdict.GRACE_S:g}s after rank {grace[1]} "
-                        f"raised (blocked in a collective with it?); stacks of every rank follow, the pool was killed")
+                        f"raised (blocked in a collective with it?); stacks of every rank follow, the pool was killed"
+                    ), set()
                 if now >= end:
                     return results, Status.HANG, (
                         f"no result from rank(s) {sorted(waiting)} within the {deadline:.0f}s case deadline; "
-                        f"stacks of every rank follow, the pool was killed")
+                        f"stacks of every rank follow, the pool was killed"), set()
                 closed = []
                 for key, _ in sel.select(timeout=min(0.2, min(end, grace[0] if grace else end) - now)):
                     try:
@@ -328,11 +343,14 @@ class RankPool:
                 take()  # a result sent just before its channel closed still counts
                 dead = sorted(set(closed) & waiting)
                 if dead:
-                    return results, Status.DIED, f"rank(s) {dead} closed their channel mid-case (died)"
-                if self.proc.poll() is not None and waiting:
-                    return results, Status.DIED, f"torchrun exited mid-case; no result from rank(s) {sorted(waiting)}"
+                    return results, Status.DIED, f"rank(s) {dead} closed their channel mid-case (died)", \
+                        {self.node_of(r) for r in dead}
+                gone = [i for i, n in enumerate(self.nodes) if n.exited()]
+                if gone and waiting:
+                    return results, Status.DIED, (f"{self._exited([self.nodes[i] for i in gone])} mid-case; no "
+                                                  f"result from rank(s) {sorted(waiting)}"), set(gone)
         except OSError as exc:
-            return results, Status.DIED, f"channel error: {exc}"
+            return results, Status.DIED, f"channel error: {exc}", {0}
         finally:
             sel.close()
 
@@ -346,105 +364,40 @@ class RankPool:
         return None
 
     # diagnostics ------------------------------------------------------------------------------
-    def _stack_file(self, r: int) -> str:
-        return os.path.join(self.logdir, f"rank{r}.stacks")
+    def _diagnose(self, stacks: bool, exit_notes: set[int]) -> tuple[dict[int, str], dict[int, str], str]:
+        """Every node's part at once: (rank -> stacks, rank -> log tail, torchrun's account of a death on
+        the nodes ``exit_notes``). Node agents are asked first and answer while this host collects its own."""
+        if self.spec.nnodes == 1:
+            exit_notes = exit_notes and {0}
+        asked = [(a, a.send({"type": "diagnose", "stacks": stacks, "exit_note": a.index in exit_notes}))
+                 for a in self.agents if a.gone is None]
+        out_stacks = self.local.read_stacks(self.local.ask_stacks()) if stacks else {}
+        logs = self.local.logs()
+        notes = [self.local.exit_note()] if 0 in exit_notes else []
+        for a, rid in asked:
+            answer = a.reply(rid, AGENT_REPLY_S)
+            if answer is None:
+                missing = f"(no answer from {a}: {a.gone or 'timed out'})"
+                out_stacks.update({r: missing for r in a.pids} if stacks else {})
+                continue
+            out_stacks.update({int(r): t for r, t in answer.get("stacks", {}).items()})
+            logs.update({int(r): t for r, t in answer.get("logs", {}).items()})
+            if answer.get("exit_note"):
+                notes.append(answer["exit_note"])
+        for a in self.agents:
+            if a.gone and a.index in exit_notes:
+                notes.append(a.gone)
+        return dict(sorted(out_stacks.items())), dict(sorted(logs.items())), "\n".join(notes)
 
-    def _log_file(self, r: int) -> str:
-        return os.path.join(self.logdir, f"rank{r}.log")
-
-    def _collect_stacks(self, offsets: dict[int, int]) -> dict[int, str]:
-        asked = {r: p for r, p in self.procs.items() if not p.exited()}
-        for p in asked.values():
-            p.signal(signal.SIGUSR1)  # the rank itself only: SIGUSR1 would kill a sanitizer leading its group
-        end = time.monotonic() + STACKS_WAIT_S
-        while time.monotonic() < end and any(_size(self._stack_file(r)) <= offsets.get(r, 0) for r in asked):
-            time.sleep(0.05)
-        time.sleep(0.1)  # let faulthandler finish the last thread
-        out = {}
-        for r in self.procs:
-            text = _read_from(self._stack_file(r), offsets.get(r, 0))
-            out[r] = text if text.strip() else "(no stack: the rank did not answer SIGUSR1 — dead or stuck in C code)"
-        return out
-
-    def _collect_logs(self, offsets: dict[int, int], lines: int = 30) -> dict[int, str]:
-        return {r: "\n".join(_read_from(self._log_file(r), offsets.get(r, 0)).splitlines()[-lines:])
-                for r in self.procs}
-
-    def _exit_note(self) -> str:
-        """torchrun's account of the rank that died first (its rank and exit code) and its log tail."""
-        try:
-            code = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            return "torchrun still running 10 s after a rank died"
-        text = _read_from(os.path.join(self.logdir, "torchrun.log"), 0)
-        tail = "\n".join(text.splitlines()[-15:])
-        first = first_failure(text)
-        head = f"rank {first[0]} died mid-case: exit code {first[1]}" if first else \
-            "torchrun did not name the rank that failed first"
-        return f"{head}\ntorchrun exit code {code}\n{tail}"
+    def _exited(self, nodes: list) -> str:
+        return "; ".join("torchrun exited" if n is self.local else n.what_happened() for n in nodes)
 
     def _tails(self) -> str:
-        parts = []
-        for name in sorted(os.listdir(self.logdir)):
-            text = _read_from(os.path.join(self.logdir, name), 0)
-            parts.append(f"--- {name} ---\n" + "\n".join(text.splitlines()[-20:]))
+        parts = [self.local.tails()]
+        for a in self.agents:
+            answer = a.request({"type": "tails"}, AGENT_REPLY_S) if a.gone is None else None
+            parts.append(answer["text"] if answer else f"(no log tails from {a}: {a.gone or 'no answer'})")
         return "\n".join(parts)
 
 
-def first_failure(torchrun_log: str) -> tuple[int, int] | None:
-    """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if it printed one."""
-    root = torchrun_log.split("Root Cause", 1)
-    if len(root) < 2:
-        return None
-    rank = re.search(r"rank\s*:\s*(\d+)", root[1])
-    code = re.search(r"exitcode\s*:\s*(-?\d+)", root[1])
-    return (int(rank.group(1)), int(code.group(1))) if rank and code else None
-
-
-def killpg_while_alive(leader_fd: int, pgid: int, sig: int) -> bool:
-    """``sig`` to process group ``pgid`` only while its leader, pinned by the pidfd ``leader_fd`` (opened
-    while the leader was provably ours), has not exited: the group id is then still that group's, never a
-    reused pid's. False when the leader is gone (nothing signalled)."""
-    if _fd_exited(leader_fd):
-        return False
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _descends_from(pid: int, ancestor: int, max_depth: int = 8) -> bool:
-    for _ in range(max_depth):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if ppid == ancestor:
-            return True
-        if ppid <= 1:
-            return False
-        pid = ppid
-    return False
-
-
-def _fd_exited(fd: int, timeout: float = 0.0) -> bool:
-    """A pidfd is readable once its process has exited."""
-    return bool(select.select([fd], [], [], timeout)[0])
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def _read_from(path: str, offset: int) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            f.seek(offset)
-            return f.read()
-    except OSError:
-        return ""
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,10 +1,10 @@
 """Entry point of one rank of a pool: ``torchrun ... -m fuzz.rank_worker``.
 
-Joins the process group for its topology, connects to the driver (GEMM_RS_DRIVER=host:port), says hello
-(rank, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's
+Joins the process group for its topology, connects to the driver (``_GEMM_RS_DRIVER``=host:port), says hello
+(rank, node, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's
 result (its checks, or the traceback of an exception that escaped ``run_case``) as soon as it has it —
 no collective between a case's checks and its result, no verdict agreed among ranks. Its stdout/stderr go to
-``$GEMM_RS_LOGDIR/rank{r}.log``; SIGUSR1 makes faulthandler write every thread's stack to
+``$_GEMM_RS_LOGDIR/rank{r}.log``; SIGUSR1 makes faulthandler write every thread's stack to
 ``rank{r}.stacks`` (how the driver collects stacks from a hung rank); it dies with its parent (no orphans).
 """
 
@@ -46,7 +46,9 @@ def main() -> int:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    logdir = os.environ["GEMM_RS_LOGDIR"]
+    from .config import DRIVER_ENV, DRIVER_PID_ENV, IMPL_ENV, LOGDIR_ENV, NODE_ENV, TOPOLOGY_ENV
+
+    logdir = os.environ[LOGDIR_ENV]
     log = open(os.path.join(logdir, f"rank{rank}.log"), "a", buffering=1)  # noqa: SIM115
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
@@ -54,8 +56,8 @@ def main() -> int:
     faulthandler.enable(file=stacks, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     _die_with_parent()
-    if os.environ.get("GEMM_RS_DRIVER_PID"):
-        _exit_when_driver_dies(int(os.environ["GEMM_RS_DRIVER_PID"]))
+    if os.environ.get(DRIVER_PID_ENV):  # the driver, or the node agent acting for it on this host
+        _exit_when_driver_dies(int(os.environ[DRIVER_PID_ENV]))
 
     import torch
     import torch.distributed as dist
@@ -66,7 +68,7 @@ def main() -> int:
     from .channel import ChannelClosed, connect
     from .execute import RankContext, describe_exception, run_case
 
-    topology = os.environ.get("GEMM_RS_TOPOLOGY", "cpu")
+    topology = os.environ.get(TOPOLOGY_ENV, "cpu")
     if topology == "cpu":
         device = torch.device("cpu")
     elif topology == "shared-gpu":
@@ -78,14 +80,15 @@ def main() -> int:
     backend = "nccl" if topology == "multi-gpu" else "gloo"
     dist.init_process_group(backend=backend)
     try:
-        impl_factory = load_implementation(os.environ["GEMM_RS_IMPL"])
+        impl_factory = load_implementation(os.environ[IMPL_ENV])
         load_error = None
     except Exception as exc:  # noqa: BLE001 — reported to the driver, which fails the case
         impl_factory, load_error = None, describe_exception(exc)
     ctx = RankContext(impl_factory, rank=rank, world_size=world_size, device=device, group=None,
                       topology=topology)
-    chan = connect(os.environ["GEMM_RS_DRIVER"])
-    chan.send({"type": "hello", "rank": rank, "pid": os.getpid(), "optimize": sys.flags.optimize,
+    chan = connect(os.environ[DRIVER_ENV])
+    node = int(os.environ.get(NODE_ENV, "0"))
+    chan.send({"type": "hello", "rank": rank, "node": node, "pid": os.getpid(), "optimize": sys.flags.optimize,
                "device": str(device), "torch": torch.__version__, "backend": backend})
     while True:
         try:

@@ -1,4 +1,4 @@
-"""Case records for the gate's report: when GEMM_RS_REPORT_DIR is set, every case report is appended as
+"""Case records for the gate's report: when --report-dir (GEMM_RS_REPORT_DIR) is set, every case report is appended as
 one JSON line to ``$GEMM_RS_REPORT_DIR/cases-<worker>.jsonl`` (one file per xdist worker, no locking).
 The fields are listed in docs/REPORT.md."""
 
@@ -9,6 +9,7 @@ import os
 import sys
 import time
 
+from .config import current
 from .report import CaseReport
 
 
@@ -36,7 +37,7 @@ def case_row(report: CaseReport, test_id: str = "") -> dict:
 
 
 def record(report: CaseReport, test_id: str = "") -> None:
-    root = os.environ.get("GEMM_RS_REPORT_DIR")
+    root = current().report_dir
     if not root:
         return
     os.makedirs(root, exist_ok=True)

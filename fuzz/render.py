@@ -32,7 +32,8 @@ def render_report(report: CaseReport, max_failures: int = 6) -> str:
     spec = report.spec
     label = f" ({report.reproducibility.upper()})" if report.reproducibility else ""
     lines = [f"GEMM-RS fuzz case {report.status.upper()}{label}: {report.case.short()} "
-             f"[impl={spec.impl} topology={spec.topology} W={spec.world_size} optimize={spec.optimize}] "
+             f"[impl={spec.impl} topology={spec.topology} W={spec.world_size} optimize={spec.optimize}"
+             f"{f' nodes={spec.nnodes}' if spec.nnodes > 1 else ''}] "
              f"in {report.seconds:.2f}s"]
     for rank, tb in report.errors().items():
         lines.append(f"rank {rank} raised (harness error, nothing judged):\n{tb.rstrip()}")

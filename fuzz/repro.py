@@ -1,8 +1,10 @@
-"""Rerun one case exactly: ``python -m fuzz.repro --impl I --topology T --world-size W --case JSON``.
+"""Rerun one case exactly: ``python -m fuzz.repro --impl I --topology T --world-sizes W --case JSON``.
 
 Starts a fresh pool of the same kind (``python -O`` here gives ranks optimize level 1), runs the case,
 prints the report and ``verdict: <STATUS>``, exits 0 if it passed and 1 otherwise (2 on bad arguments).
-Every failure the suite reports ends with such a line (REPRO: ...).
+Every failure the suite reports ends with such a line (REPRO: ...). Several ``--impl`` or ``--world-sizes``
+rerun the case on each combination (exit 0 only if every one passed). A case from a pool across nodes
+(``--nnodes N``) needs its node agents again (README, "Multi-node").
 """
 
 from __future__ import annotations
@@ -10,30 +12,38 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import config
 from .case import Case, PoolSpec
 from .pool import RankPool
+from .record import record
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fuzz.repro", description=__doc__.splitlines()[0])
-    ap.add_argument("--impl", default="unfused")
-    ap.add_argument("--topology", default="cpu", choices=("cpu", "shared-gpu", "multi-gpu"))
-    ap.add_argument("--world-size", type=int, required=True)
+    config.add_to_parser(ap, "fuzz.repro")
     ap.add_argument("--case", required=True, help="the case as JSON (from a REPRO line)")
-    ap.add_argument("--deadline", type=float, default=None)
+    ap.add_argument("--deadline", dest="case_deadline", default=None, help=argparse.SUPPRESS)  # old spelling
     ap.add_argument("--sanitizer", default=None, help="run the ranks under compute-sanitizer --tool=THIS")
     args = ap.parse_args(argv)
+    cfg = config.install(args)
+    if not cfg.world_sizes:
+        ap.error("--world-sizes is required (the W of the REPRO line)")
     case = Case.from_json(args.case)
-    spec = PoolSpec(impl=args.impl, topology=args.topology, world_size=args.world_size,
-                    optimize=sys.flags.optimize, sanitizer=args.sanitizer)
-    pool = RankPool(spec, gpus=None)
-    try:
-        report = pool.run(case, deadline=args.deadline)
-    finally:
-        pool.close()
-    print(report.render())
-    print(f"verdict: {report.status.upper()}")
-    return 0 if report.passed else 1
+    ok = True
+    for impl in cfg.csv("impl") or ["unfused"]:
+        for w in (int(x) for x in cfg.csv("world_sizes")):
+            spec = PoolSpec(impl=impl, topology=cfg.topology or "cpu", world_size=w, optimize=sys.flags.optimize,
+                            sanitizer=args.sanitizer, nnodes=cfg.integer("nnodes") or 1)
+            pool = RankPool(spec, gpus=None)
+            try:
+                report = pool.run(case, deadline=cfg.number("case_deadline"))
+            finally:
+                pool.close()
+            record(report, "fuzz.repro")  # with --report-dir / GEMM_RS_REPORT_DIR: a case record, as the gate's
+            print(report.render())
+            print(f"verdict: {report.status.upper()}")
+            ok = ok and report.passed
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

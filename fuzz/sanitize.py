@@ -1,6 +1,6 @@
 """Sanitizer mode: a few small cases with every rank under NVIDIA compute-sanitizer.
 
-    python -m fuzz.sanitize --impl fused --topology shared-gpu --world-size 2 [--tool memcheck|racecheck|synccheck]
+    python -m fuzz.sanitize --impl fused --topology shared-gpu --world-sizes 2 [--tool memcheck|racecheck|synccheck]
 
 The ranks run as ``compute-sanitizer --tool=T --log-file=<pool logdir>/sanitizer-<pid>.log python -m
 fuzz.rank_worker`` (host API errors are not reported: CuTe DSL's architecture probe makes some on
@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fuzz.sanitize", description=__doc__.splitlines()[0])
     ap.add_argument("--impl", default="fused")
     ap.add_argument("--topology", default="shared-gpu", choices=("shared-gpu", "multi-gpu"))
-    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--world-sizes", dest="world_size", type=int, default=2, help="W (one)")
+    ap.add_argument("--world-size", dest="world_size", type=int, help=argparse.SUPPRESS)  # old spelling
     ap.add_argument("--tool", default="memcheck")
     ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
     ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")

@@ -1,4 +1,5 @@
-"""Hypothesis profiles, chosen by HYPOTHESIS_PROFILE (default ``ci``):
+"""Hypothesis profiles, chosen by HYPOTHESIS_PROFILE, else by the gate's ``--profile`` (``GEMM_RS_PROFILE``:
+smoke and ci -> ``ci``, nightly -> ``nightly``; default ``ci``):
 
 * ``ci``      — Hypothesis's own CI model: derandomized (the same examples every run, so CI is
   reproducible), hence no example database (Hypothesis forbids one with ``derandomize``), no deadline (a
@@ -14,10 +15,11 @@
 The database is Hypothesis's ``DirectoryBasedExampleDatabase`` (entries keyed by test id, so each
 implementation/topology/W has its own; failing examples are kept, examples that pass again are
 dropped). Keep its directory between runs as a CI cache or artifact (ci/pipelines/ shows how):
-``GEMM_RS_HYPOTHESIS_DB`` names it (default ``<repo>/.hypothesis/examples``, Hypothesis's usual
+``--hypothesis-db`` (``GEMM_RS_HYPOTHESIS_DB``) names it (default ``<repo>/.hypothesis/examples``, Hypothesis's usual
 place); ``none`` turns it off (the mutation meta-test does, so planted bugs leave no entries behind).
 
-``GEMM_RS_EXAMPLES`` overrides max_examples of any profile.
+``--examples`` (``GEMM_RS_EXAMPLES``) overrides max_examples of any profile; the ``smoke`` gate profile is
+the ``ci`` profile at 4 examples per test.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import os
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from .config import current
+
 # filter_too_much: examples an implementation waives (fuzz/gate.py) are rejected and redrawn
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
             HealthCheck.filter_too_much]
@@ -35,8 +39,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def example_database(value: str | None = None):
-    """The example database every profile uses: ``GEMM_RS_HYPOTHESIS_DB`` (a directory, or ``none``)."""
-    value = os.environ.get("GEMM_RS_HYPOTHESIS_DB", "") if value is None else value
+    """The example database every profile uses: ``--hypothesis-db`` (a directory, or ``none``)."""
+    value = (current().hypothesis_db or "") if value is None else value
     if value.strip().lower() == "none":
         return None
     return DirectoryBasedExampleDatabase(value or os.path.join(REPO, ".hypothesis", "examples"))
@@ -55,7 +59,22 @@ settings.register_profile("nightly", deadline=None, print_blob=True, max_example
 settings.register_profile("replay", deadline=None, print_blob=True, max_examples=25, database=_DB,
                           suppress_health_check=_SLOW_OK, phases=[Phase.explicit, Phase.reuse])
 
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+#: gate profile (--profile) -> (Hypothesis profile, examples per test or None: the profile's)
+GATE_PROFILES = {
+    "smoke": ("ci", "4"),
+    "ci": ("ci", None),
+    "nightly": ("nightly", None),
+}
+
+
+def _gate_profile() -> tuple[str, str | None]:
+    name = current().profile or "ci"
+    if name not in GATE_PROFILES:
+        raise ValueError(f"--profile must be one of {sorted(GATE_PROFILES)}, not {name!r}")
+    return GATE_PROFILES[name]
+
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or _gate_profile()[0]
 
 
 def stored_examples(value: str | None = None) -> int:
@@ -83,12 +102,13 @@ WEIGHTS = {
 
 
 def examples(test_name: str) -> int:
-    """Examples for a gate test in this process: GEMM_RS_EXAMPLES, else the profile's by the test's weight."""
-    return examples_for(test_name, PROFILE, os.environ.get("GEMM_RS_EXAMPLES"))
+    """Examples for a gate test in this process: --examples, else the gate profile's (smoke), else the
+    Hypothesis profile's by the test's weight."""
+    return examples_for(test_name, PROFILE, current().examples or _gate_profile()[1])
 
 
 def examples_for(test_name: str, profile: str, override: str | None = None) -> int:
-    """Examples a gate test runs under ``profile`` (and an optional GEMM_RS_EXAMPLES value)."""
+    """Examples a gate test runs under ``profile`` (and an optional --examples value)."""
     if override:
         return int(override)
     return max(1, settings.get_profile(profile).max_examples * WEIGHTS[test_name] // 25)

@@ -17,6 +17,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 
+from .config import TOPOLOGY_ENV, current
+
 TOPOLOGIES = ("cpu", "shared-gpu", "multi-gpu")
 
 MULTICAST_OFF = {
@@ -48,11 +50,12 @@ def available_topologies() -> list[str]:
     return out
 
 
-def pools_per_gpu() -> int:
-    """Rank pools that may share one GPU at once (``GEMM_RS_POOLS_PER_GPU``, default 1). shared-gpu
-    cases are tiny and host-bound, so on a many-core host several pools (each its own W processes)
-    time-slicing one GPU finish a campaign several times sooner; every case still has its deadline."""
-    value = os.environ.get("GEMM_RS_POOLS_PER_GPU", "1")
+def pools_per_gpu(value: str | None = None) -> int:
+    """Rank pools that may share one GPU at once (``--pools-per-gpu``, ``GEMM_RS_POOLS_PER_GPU``; default 1).
+    shared-gpu cases are tiny and host-bound, so on a many-core host several pools (each its own W
+    processes) time-slicing one GPU finish a campaign several times sooner; every case still has its deadline."""
+    if value is None:
+        value = current().pools_per_gpu or "1"
     try:
         n = int(value)
     except ValueError:
@@ -80,7 +83,7 @@ def rank_env(topology: str, gpus: list[int] | None = None) -> dict[str, str]:
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; one of {TOPOLOGIES}")
     env = dict(MULTICAST_OFF)
-    env["GEMM_RS_TOPOLOGY"] = topology
+    env[TOPOLOGY_ENV] = topology
     if topology == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     if topology != "cpu":
@@ -138,7 +141,7 @@ def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = N
 def default_lock_dir() -> str:
     """Where GPU leases live: ``GEMM_RS_GPU_LOCK_DIR``, else one folder per host in the temp dir (runs that
     should not see each other's leases, e.g. two campaigns deliberately sharing a GPU, set it apart)."""
-    return os.environ.get("GEMM_RS_GPU_LOCK_DIR") or os.path.join(tempfile.gettempdir(), "gemm-rs-gpu-locks")
+    return current().gpu_lock_dir or os.path.join(tempfile.gettempdir(), "gemm-rs-gpu-locks")
 
 
 def _lock(lock_dir: str | None, name: str):

@@ -20,7 +20,6 @@ exception, not a hang.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from .report import CaseReport
 from .status import Reproducibility, Status
@@ -28,7 +27,7 @@ from .status import Reproducibility, Status
 #: The per-call check an implementation fails when a valid call raises (its traceback in ``detail``).
 RAISED_CHECK = "call_raised"
 #: Seconds the driver waits for the other ranks once one rank reported an exception.
-GRACE_S = float(os.environ.get("GEMM_RS_ERROR_GRACE", "5"))
+GRACE_S = 5.0
 
 
 def breaks_schedule(msg: dict) -> bool:
@@ -46,7 +45,11 @@ def judge(ranks: dict[int, dict], world_size: int, liveness: Status | None = Non
     if errors:
         return Status.ERROR, f"harness error: an exception escaped run_case on rank(s) {errors}"
     checks = [c for m in ranks.values() for c in m.get("checks", [])]
-    if any(not c["passed"] and not c["skipped"] for c in checks):
+    failed = [c for c in checks if not c["passed"] and not c["skipped"]]
+    if failed and liveness == Status.DIED and all(c["name"] == RAISED_CHECK for c in failed):
+        # peers whose collective raised because a rank died: the death is the finding, whoever reported first
+        return liveness, ""
+    if failed:
         return Status.FAILED, ""
     if liveness is not None:
         return liveness, ""

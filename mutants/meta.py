@@ -1,7 +1,8 @@
 """The mutation meta-test's runner: the fuzz suite against every planted-bug implementation of
 :mod:`mutants.catalogue` (it must FAIL on each) and against the correct one (it must PASS).
 
-    python -m mutants.meta [--optimize 0|1|both] [--profile ci|nightly] [--only NAME[,NAME]] [--jobs 2]
+    python -m mutants.meta [--optimize 0|1|both] [--profile ci|nightly] [--impl NAME[,NAME]] [--jobs 2]
+                           [--world-sizes 2,4] [--report-dir DIR]
 
 Per optimize level (and world-size set) the targets are dealt over ``--jobs`` pytest sessions that run
 at once, each a single process going through its targets one after the other:
@@ -9,7 +10,9 @@ at once, each a single process going through its targets one after the other:
     python [-O] -m pytest fuzz/ -q -n 0 --impl unfused,mutants.catalogue:A,mutants.catalogue:C,... \\
         --world-sizes 2 --topology cpu -p no:cacheprovider -p mutants.stop_at_first_failure
 
-with ``HYPOTHESIS_PROFILE`` set and ``GEMM_RS_REPORT_DIR`` pointing at a fresh folder. The plugin
+with ``HYPOTHESIS_PROFILE`` set, ``GEMM_RS_REPORT_DIR`` pointing at a fresh folder and no example database
+(``GEMM_RS_HYPOTHESIS_DB=none``: the matrix never depends on what earlier runs stored, and planted bugs
+store nothing). The plugin
 (:mod:`mutants.stop_at_first_failure`) stops each target at its first failing test and records every
 test's outcome; every case is a JSON line (:mod:`fuzz.record`). One Python start-up per session instead
 of one pytest per mutant; a target's rank pool lives only while its tests run (fuzz/conftest.py).
@@ -34,6 +37,7 @@ kill rate is 100 % and the correct implementation passed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -50,7 +54,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from fuzz.pool import killpg_while_alive
+from fuzz import config
+from fuzz.node import killpg_while_alive
 from fuzz.status import Status
 
 from .catalogue import CATALOGUE
@@ -65,16 +70,19 @@ NIGHTLY_WORLD_SIZES = (2, 3, 4)
 KILL_CASE_DEADLINE_S = 30
 #: Wall-clock limit of a kill session: a base plus this much per target per worker (then: ERROR).
 SESSION_TIMEOUT_S = {"ci": (300, 120), "nightly": (1800, 900)}
-#: Examples per test of a mutant's nightly run (GEMM_RS_EXAMPLES; 4x ci, random): a mutant stops at its
+#: Examples per test of a mutant's nightly run (--examples; 4x ci, random): a mutant stops at its
 #: first catch anyway, and one that only bad calls catch should not wait for 640 compute examples.
 #: The correct implementation's nightly session gets the full nightly profile.
 NIGHTLY_MUTANT_EXAMPLES = 100
 
 _LIVE: dict[subprocess.Popen, int] = {}  # running kill sessions -> pidfd; killed if the runner is stopped
 
-# Environment of the calling pytest that must not leak into the child suite.
+# Environment of the calling pytest (and the settings this runner decides per session) that must not leak
+# into the child suite.
 _SCRUB = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST",
-          "PYTEST_ADDOPTS", "GEMM_RS_IMPL", "GEMM_RS_WORLD_SIZES", "GEMM_RS_TOPOLOGIES", "GEMM_RS_REPORT_DIR")
+          "PYTEST_ADDOPTS", *(config.BY_NAME[n].env for n in ("impl", "world_sizes", "topology", "report_dir",
+                                                               "profile", "jobs", "nnodes")),
+          *config.BY_NAME["topology"].env_aliases)
 
 
 class Verdict(StrEnum):
@@ -222,13 +230,14 @@ def run_session(tgts: list[Target], optimize: int, profile: str = "ci", timeout:
     timeout = timeout or base + per_target * len(tgts)
     report_dir = tempfile.mkdtemp(prefix="gemm-rs-kill-")
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    env.update(HYPOTHESIS_PROFILE=profile, GEMM_RS_REPORT_DIR=report_dir,
-               PYTHONPATH=os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p))
-    env.setdefault("GEMM_RS_CASE_DEADLINE", str(KILL_CASE_DEADLINE_S))
-    env["GEMM_RS_KILL_ORDER"] = json.dumps(kill_order(tgts))
+    setting = {n: config.BY_NAME[n].env for n in ("report_dir", "hypothesis_db", "case_deadline", "examples")}
+    env.update({"HYPOTHESIS_PROFILE": profile, setting["report_dir"]: report_dir, setting["hypothesis_db"]: "none",
+                "PYTHONPATH": os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)})
+    env.setdefault(setting["case_deadline"], str(KILL_CASE_DEADLINE_S))
+    env[config.KILL_ORDER_ENV] = json.dumps(kill_order(tgts))
     override = _examples_override(tgts[0], profile)
     if override:
-        env.setdefault("GEMM_RS_EXAMPLES", override)
+        env.setdefault(setting["examples"], override)
     if optimize:
         env["PYTHONOPTIMIZE"] = str(optimize)
     else:
@@ -477,30 +486,47 @@ def _interrupted(signum, frame):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mutants.meta", description=__doc__.splitlines()[0])
+    config.add_to_parser(ap, "mutants.meta", helps={
+        "impl": "mutant names to run (and/or 'unfused'); default: the whole catalogue",
+        "world_sizes": "run every target at these W (default: each mutant's own)",
+        "profile": "ci (derandomized) or nightly (random, every mutant at W = 2, 3, 4)",
+        "report_dir": "also write the matrix there: kill-matrix.txt and kill-matrix.json",
+        "jobs": "kill sessions running at once (auto: 2)",
+        "case_deadline": f"seconds per case in kill sessions (default here {KILL_CASE_DEADLINE_S})"})
     ap.add_argument("--optimize", choices=("0", "1", "both"), default="both",
                     help="python optimize level of the suite (and its ranks); default both")
-    ap.add_argument("--profile", choices=("ci", "nightly"), default="ci")
-    ap.add_argument("--only", default=None, help="comma list of mutant names (and/or 'unfused')")
-    ap.add_argument("--jobs", type=int, default=2, help="kill sessions running at once (default 2)")
     ap.add_argument("--no-correct", action="store_true", help="skip the run on the correct implementation")
     ap.add_argument("--json", default=None, help="also write the outcomes as JSON to this path")
     ap.add_argument("--gpu", action="store_true",
                     help="the fault-injected builds of the fused kernel on shared-gpu (needs a Hopper GPU)")
     args = ap.parse_args(argv)
+    cfg = config.install(args)
+    if cfg.profile not in ("ci", "nightly"):
+        ap.error(f"--profile must be ci or nightly, not {cfg.profile!r}")
     signal.signal(signal.SIGTERM, _interrupted)  # a stopped runner stops its kill sessions too
     levels = (0, 1) if args.optimize == "both" else (int(args.optimize),)
-    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
-    tgts = targets(only, args.profile, include_correct=not args.no_correct, gpu=args.gpu)
+    jobs = 2 if cfg.jobs in (None, "auto") else int(cfg.jobs)
+    tgts = targets(cfg.csv("impl"), cfg.profile, include_correct=not args.no_correct, gpu=args.gpu)
+    if cfg.world_sizes:
+        sizes = tuple(int(w) for w in cfg.csv("world_sizes"))
+        tgts = [dataclasses.replace(t, world_sizes=sizes) for t in tgts]
     t0 = time.perf_counter()
 
     def progress(o: Outcome) -> None:
         print(f"[{time.perf_counter() - t0:6.0f}s] {o.name} -O{o.optimize}: {o.verdict} "
               f"{o.test} {', '.join(o.caught_by)} ({o.seconds:.1f}s)", file=sys.stderr, flush=True)
 
-    outcomes = run_matrix(tgts, levels, args.profile, args.jobs, progress)
-    print(render(outcomes, time.perf_counter() - t0))
-    if args.json:
-        with open(args.json, "w") as f:
+    outcomes = run_matrix(tgts, levels, cfg.profile, jobs, progress)
+    text = render(outcomes, time.perf_counter() - t0)
+    print(text)
+    paths = [args.json] if args.json else []
+    if cfg.report_dir:
+        os.makedirs(cfg.report_dir, exist_ok=True)
+        with open(os.path.join(cfg.report_dir, "kill-matrix.txt"), "w") as f:
+            f.write(text + "\n")
+        paths.append(os.path.join(cfg.report_dir, "kill-matrix.json"))
+    for path in paths:
+        with open(path, "w") as f:
             json.dump([asdict(o) for o in outcomes], f, indent=1)
     return 0 if all(o.ok for o in outcomes) else 1
 

@@ -10,7 +10,7 @@ process, ``-n 0``) runs the fuzz suite against many implementations (``--impl a,
    (``fuzz.gate.CONFIRM_FAILURES``).
 2. A combination's first failing test stops it: its later tests are skipped ("already caught by ...")
    instead of ``-x`` stopping the whole session.
-3. A combination's tests run in the order ``$GEMM_RS_KILL_ORDER`` gives for its implementation (JSON:
+3. A combination's tests run in the order ``$_GEMM_RS_KILL_ORDER`` gives for its implementation (JSON:
    impl -> test names to run first; the kill matrix puts first the tests of the properties the catalogue
    expects to catch it), the others after them in file order: the same tests, cheaper to the first catch
    (a mutant only bad calls catch does not wait for 52 passing compute and capacity cases first).
@@ -52,7 +52,9 @@ def _gate(item) -> tuple | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    first = json.loads(os.environ.get("GEMM_RS_KILL_ORDER") or "{}")
+    from fuzz.config import KILL_ORDER_ENV
+
+    first = json.loads(os.environ.get(KILL_ORDER_ENV) or "{}")
 
     def rank(item) -> int:
         gate = _gate(item)
@@ -83,7 +85,9 @@ def pytest_runtest_makereport(item, call):
         return report
     if report.failed:
         _CAUGHT.setdefault(gate, item.nodeid)
-    root = os.environ.get("GEMM_RS_REPORT_DIR")
+    from fuzz.config import current
+
+    root = current().report_dir
     if root:
         text = str(report.longrepr or "") if report.failed or report.skipped else ""
         line = {"test": item.nodeid, "gate": list(gate), "when": report.when, "outcome": report.outcome,

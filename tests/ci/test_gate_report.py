@@ -181,7 +181,7 @@ def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
     out = tmp_path / "report"
     proc = subprocess.run(
         [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", impl, "--topology", "cpu",
-         "--world-sizes", "2", "--out", str(out), "--jobs", "0", "--progress-every", "5"],
+         "--world-sizes", "2", "--report-dir", str(out), "--jobs", "0", "--progress-every", "5"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == rc, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"VERDICT: {verdict}" in proc.stdout
@@ -212,7 +212,7 @@ def test_fused_asked_for_on_a_cpu_host_fails_the_gate_with_the_reason(tmp_path):
         pytest.skip("this host has a GPU topology: fused is gated on it")
     out = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", "fused", "--out", str(out),
+        [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", "fused", "--report-dir", str(out),
          "--jobs", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "VERDICT: FAIL" in proc.stdout
@@ -227,7 +227,7 @@ def test_a_campaign_past_its_time_limit_still_reports_and_fails(tmp_path):
     out = tmp_path / "report"
     proc = subprocess.run(
         [sys.executable, "-m", "fuzz.campaign", "--profile", "ci", "--impl", "unfused", "--topology", "cpu",
-         "--world-sizes", "2", "--out", str(out), "--jobs", "0", "--time-limit", "12"],
+         "--world-sizes", "2", "--report-dir", str(out), "--jobs", "0", "--time-limit", "12"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "time limit of 12s reached" in proc.stdout and "VERDICT: FAIL" in proc.stdout
@@ -243,7 +243,7 @@ def test_a_waived_m_redraws_the_example_instead_of_skipping_the_test(tmp_path):
     out = tmp_path / "report"
     proc = subprocess.run(
         [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", "mutants.catalogue:UnalignedMRejected",
-         "--topology", "cpu", "--world-sizes", "2", "--out", str(out), "--jobs", "0"],
+         "--topology", "cpu", "--world-sizes", "2", "--report-dir", str(out), "--jobs", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(line) for f in out.glob("cases-*.jsonl") for line in f.read_text().splitlines()]

@@ -28,7 +28,7 @@ class RaisesOnOneRank(UnfusedGemmRs):
 
 
 class WrongOnFirstRun(UnfusedGemmRs):
-    """Flaky: at M == 55 the result is doubled unless ``$GEMM_RS_TEST_FLAKY_DIR/rank<r>`` exists; the
+    """Flaky: at M == 55 the result is doubled unless ``$_GEMM_RS_TEST_FLAKY_DIR/rank<r>`` exists; the
     first such call creates it. So a case at M == 55 fails once and passes when re-run on a fresh pool
     (the marker outlives the pool): the harness must label the failure ``flaky``."""
 
@@ -38,9 +38,44 @@ class WrongOnFirstRun(UnfusedGemmRs):
         y = super()._run(x, w, out, M)
         if M != TRIGGER_M:
             return y
-        marker = os.path.join(os.environ["GEMM_RS_TEST_FLAKY_DIR"], f"rank{self.rank}")
+        marker = os.path.join(os.environ["_GEMM_RS_TEST_FLAKY_DIR"], f"rank{self.rank}")
         if os.path.exists(marker):
             return y
         with open(marker, "w") as f:
             f.write("failed once\n")
         return y.mul_(2)
+
+
+def _node() -> int:
+    """The node (torchrun agent) this rank runs under: 0 on the driver's host (fuzz/pool.py)."""
+    from fuzz.config import NODE_ENV
+
+    return int(os.environ.get(NODE_ENV, "0"))
+
+
+class HangsOnRemoteNode(UnfusedGemmRs):
+    """At M == 55 the ranks of every node but the driver's block forever before the collective (their
+    peers on the driver's host then wait in it): the driver must report a HANG with the stacks of the
+    ranks of both nodes."""
+
+    name = "planted-hangs-on-remote-node"
+
+    def _run(self, x, w, out, M):
+        if M == TRIGGER_M and _node() != 0:
+            import time
+
+            while True:
+                time.sleep(0.05)
+        return super()._run(x, w, out, M)
+
+
+class DiesOnRemoteNode(UnfusedGemmRs):
+    """At M == 55 local rank 1 of every node but the driver's exits with code 17 (the others block in the
+    collective): a DIED naming that rank and its exit code, from its node's torchrun."""
+
+    name = "planted-dies-on-remote-node"
+
+    def _run(self, x, w, out, M):
+        if M == TRIGGER_M and _node() != 0 and int(os.environ.get("LOCAL_RANK", "0")) == 1:
+            os._exit(17)
+        return super()._run(x, w, out, M)

@@ -52,7 +52,7 @@ def test_kill_sessions_report_the_final_failure_as_found_without_another_pool(mo
 
 def test_a_failure_that_passes_on_a_fresh_pool_is_labelled_flaky(tmp_path):
     pool = RankPool(PoolSpec(impl="tests.engine.planted_impls:WrongOnFirstRun", world_size=2),
-                    extra_env={"GEMM_RS_TEST_FLAKY_DIR": str(tmp_path)})
+                    extra_env={"_GEMM_RS_TEST_FLAKY_DIR": str(tmp_path)})
     try:
         report, _ = run_confirmed(pool, Case("compute", ms=[55], **SMALL))
     finally:

@@ -13,7 +13,7 @@ def test_every_topology_turns_multicast_off(topology):
     env = rank_env(topology, gpus=[3, 5])
     for key, value in MULTICAST_OFF.items():
         assert env[key] == value
-    assert env["GEMM_RS_TOPOLOGY"] == topology
+    assert env["_GEMM_RS_TOPOLOGY"] == topology
 
 
 def test_topology_specific_environment():
@@ -62,24 +62,17 @@ def test_gpu_slot_leases_share_a_gpu_up_to_the_slot_count(tmp_path):
 def test_pools_per_gpu_is_validated(monkeypatch):
     from fuzz.topology import pools_per_gpu
 
-    monkeypatch.delenv("GEMM_RS_POOLS_PER_GPU", raising=False)
-    assert pools_per_gpu() == 1
-    monkeypatch.setenv("GEMM_RS_POOLS_PER_GPU", "4")
-    assert pools_per_gpu() == 4
+    assert pools_per_gpu("1") == 1
+    assert pools_per_gpu("4") == 4
     for bad in ("0", "two"):
-        monkeypatch.setenv("GEMM_RS_POOLS_PER_GPU", bad)
         with pytest.raises(ValueError):
-            pools_per_gpu()
+            pools_per_gpu(bad)
 
 
-class Cfg:
-    """The gate's command-line options, as pytest's config hands them to gate_matrix."""
+def Cfg(**flags):  # noqa: N802 — the gate's settings from these flags alone (no environment)
+    from fuzz.config import resolve
 
-    def __init__(self, **opts):
-        self.opts = {"--topology": None, "--impl": None, "--world-sizes": None, **opts}
-
-    def getoption(self, name):
-        return self.opts[name]
+    return resolve({k.lstrip("-").replace("-", "_"): v for k, v in flags.items()}, environ={})
 
 
 def test_gate_matrix_per_host(monkeypatch):
@@ -119,6 +112,18 @@ def test_a_gpu_only_implementation_asked_for_on_a_cpu_host_is_a_failing_entry_no
     assert ("fused", "shared-gpu", 2) in fc.gate_matrix(Cfg(**{"--impl": "fused"}))
 
 
+def test_across_nodes_the_gate_runs_world_sizes_that_split_over_the_hosts(monkeypatch):
+    import fuzz.conftest as fc
+
+    monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu", "shared-gpu", "multi-gpu"])
+    monkeypatch.setattr(fc, "_has_hopper", lambda: False)
+    monkeypatch.setattr(fc, "gpu_count", lambda: 4)
+    combos = fc.gate_matrix(Cfg(**{"--nnodes": "2"}))
+    assert {t for _, t, _ in combos} == {"cpu", "multi-gpu"}  # one shared GPU cannot span hosts
+    assert {w for _, t, w in combos if t == "cpu"} == {2, 4, 8}
+    assert {w for _, t, w in combos if t == "multi-gpu"} == {2, 4, 8}  # up to 4 GPUs on each of 2 hosts
+
+
 def test_shared_gpu_pools_are_dealt_over_gpu_places_largest_w_first(monkeypatch):
     import fuzz.conftest as fc
 
@@ -134,7 +139,7 @@ def test_shared_gpu_pools_are_dealt_over_gpu_places_largest_w_first(monkeypatch)
     gates += [("unfused", "cpu", 2), ("fused", "multi-gpu", 2)]
     monkeypatch.setattr(fc, "gpu_count", lambda: 1)
     for slots, expect in ((1, {"gpu-0"}), (4, {f"gpu-{k}" for k in range(4)})):
-        monkeypatch.setenv("GEMM_RS_POOLS_PER_GPU", str(slots))
+        monkeypatch.setattr(fc, "pools_per_gpu", lambda slots=slots: slots)
         items = [Item(g) for g in gates for _ in range(2)]  # two tests per combination
         fc.pytest_collection_modifyitems(None, items)
         by_gate = {}

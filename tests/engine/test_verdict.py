@@ -59,6 +59,11 @@ def test_the_watchdog_decides_when_nothing_that_arrived_failed():
     assert judge({0: OK}, 2, Status.HANG)[0] == Status.HANG
     assert judge({}, 2, Status.DIED)[0] == Status.DIED
     assert judge({0: _msg(_check(passed=False))}, 2, Status.DIED)[0] == Status.FAILED
+    # a peer's collective raising because a rank died is the death's consequence, not a second finding
+    raised = _msg(_check(name="call_raised", passed=False, detail="RuntimeError: Connection closed by peer"))
+    assert judge({0: raised}, 2, Status.DIED)[0] == Status.DIED
+    assert judge({0: raised}, 2, None)[0] == Status.FAILED
+    assert judge({0: raised, 1: _msg(_check(passed=False))}, 2, Status.DIED)[0] == Status.FAILED
     with pytest.raises(ValueError):
         judge({0: OK}, 1, Status.ERROR)
 

@@ -6,7 +6,7 @@ a failed property or the liveness watchdog; harness errors, broken sessions and 
 
 CI part: Hypothesis ``ci`` profile, each mutant at its catalogue world sizes (W=2), two runs in parallel
 (~3-5 min per optimize level on 2 cores). Nightly part (``HYPOTHESIS_PROFILE=nightly`` or
-``GEMM_RS_MUTATION_NIGHTLY=1``): the nightly profile, W = 2, 3, 4, both optimize levels. The same matrix
+``GEMM_RS_PROFILE=nightly``): the nightly profile, W = 2, 3, 4, both optimize levels. The same matrix
 from a shell: ``python -m mutants.meta [--optimize 0|1|both] [--profile ci|nightly] [--only NAME]``.
 """
 
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from fuzz.config import current
 from kernel.unfused import UnfusedGemmRs
 from mutants import catalogue, meta
 
 REPO = Path(__file__).resolve().parents[2]
-NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly" or os.environ.get("GEMM_RS_MUTATION_NIGHTLY") == "1"
+NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly" or current().profile == "nightly"
 
 
 # --- the catalogue itself (fast) ------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_an_implementation_the_ranks_cannot_load_is_an_error_not_a_kill(record_p
 
 @pytest.mark.slow
 @pytest.mark.multiproc
-@pytest.mark.skipif(not NIGHTLY, reason="nightly part: set HYPOTHESIS_PROFILE=nightly or GEMM_RS_MUTATION_NIGHTLY=1")
+@pytest.mark.skipif(not NIGHTLY, reason="nightly part: set HYPOTHESIS_PROFILE=nightly or GEMM_RS_PROFILE=nightly")
 def test_kill_matrix_nightly(record_property):
     """Nightly profile, W = 2, 3, 4, both optimize levels."""
     outcomes = meta.run_matrix(meta.targets(profile="nightly"), (0, 1), "nightly", jobs=2)
