@@ -619,3 +619,122 @@ class NonContiguousXHandled(UnfusedGemmRs):
 
     def _run(self, x, w, out, M):
         return super()._run(x.contiguous(), w, out, M)
+
+
+# --- numerics mutants (issue 15) ---------------------------------------------------------------------------
+# Results that stay inside the per-element tolerance and, on exact inputs, bitwise right: only the
+# statistical bias check (properties/bias.py) or batch invariance (properties/batch_invariance.py) sees them.
+
+BF16_DROPPED_BITS = 16  # a bf16 is the upper half of a float32
+
+
+def bf16_toward_zero(t32: torch.Tensor) -> torch.Tensor:
+    """float32 -> bf16 by dropping the low 16 bits (``uint32 >> 16``: round toward zero)."""
+    bits = t32.contiguous().view(torch.int32)
+    kept = torch.bitwise_and(bits, -(1 << BF16_DROPPED_BITS))
+    return _finite_or_rne(t32, kept.view(torch.float32))
+
+
+def bf16_half_away(t32: torch.Tensor) -> torch.Tensor:
+    """float32 -> bf16 by adding half a bf16 ulp to the magnitude, then dropping the low 16 bits
+    (``(u + 0x8000) >> 16``: round to nearest, ties away from zero)."""
+    bits = t32.contiguous().view(torch.int32)
+    kept = torch.bitwise_and(bits + (1 << (BF16_DROPPED_BITS - 1)), -(1 << BF16_DROPPED_BITS))
+    return _finite_or_rne(t32, kept.view(torch.float32))
+
+
+def _finite_or_rne(t32: torch.Tensor, rounded32: torch.Tensor) -> torch.Tensor:
+    """The biased conversion on finite values; NaN and Inf converted as torch does (a NaN's bits plus
+    0x8000 could carry into the sign)."""
+    return torch.where(torch.isfinite(t32), rounded32, t32).to(torch.bfloat16)
+
+
+class _Fp32ReducedEpilogue(UnfusedGemmRs):
+    """Shared shape of the numerics mutants: per-rank fp32 accumulators (or their bf16 roundings, which
+    the contract allows), reduced in fp32 (one fp32 reduce-scatter, same schedule on every rank), then
+    converted to bf16 by :meth:`_to_bf16` — the step each mutant gets wrong."""
+
+    round_partials = False  # True: partials rounded to bf16 before the fp32 sum (as a bf16 reduce-scatter)
+
+    def _fp32_shard(self, x, w, M: int) -> torch.Tensor:
+        S = self.shard_rows(M)
+        partials = torch.zeros(self.world_size * S, self.N, dtype=torch.float32, device=self.device)
+        if self.round_partials:
+            partials[:M] = torch.mm(x, w.t()).float()
+        else:
+            torch.mm(x.float(), w.float().t(), out=partials[:M])
+        shard = torch.empty(S, self.N, dtype=torch.float32, device=self.device)
+        collectives.reduce_scatter(shard, partials, self.group)
+        return shard
+
+    def _to_bf16(self, shard32: torch.Tensor) -> torch.Tensor:
+        return shard32.to(torch.bfloat16)
+
+    def _run(self, x, w, out, M):
+        return _finish(self, out, self._to_bf16(self._fp32_shard(x, w, M)), M)
+
+
+class BiasedRounding(_Fp32ReducedEpilogue):
+    """Biased final rounding: the epilogue converts the fp32 result to bf16 by taking its upper 16 bits
+    (``__float2bfloat16_rz``, a hand-written ``u >> 16``) instead of round-to-nearest-even. Every element
+    stays within one ulp, so within the tolerance, and exact results are representable, so exact mode
+    is bitwise right; but magnitudes shrink by half an ulp on average."""
+
+    name = "mutant-biased-rounding"
+
+    def _to_bf16(self, shard32):
+        return bf16_toward_zero(shard32)
+
+
+class BiasedRoundingHalfAway(_Fp32ReducedEpilogue):
+    """Ties rounded away from zero: the epilogue converts with ``(u + 0x8000) >> 16`` (round half away,
+    the schoolbook rounding) instead of half to even. Differs from RNE only on ties — frequent once
+    bf16 partials are summed (two bf16 values of one binade sum to 9 significant bits), so from W = 2
+    magnitudes grow by a quarter ulp on the tied elements."""
+
+    name = "mutant-biased-rounding-half-away"
+    round_partials = True
+
+    def _to_bf16(self, shard32):
+        return bf16_half_away(shard32)
+
+
+class ScaleError(_Fp32ReducedEpilogue):
+    """A scale off by 2^-9: the epilogue multiplies the fp32 result by alpha = 1 - 2^-9 before rounding
+    (an alpha read from a stale or wrongly-rounded scale tensor). A quarter to half an ulp per element:
+    inside the tolerance, and exact mode only sees it on results >= 128. Applied to the bf16 result
+    instead, (1 - 2^-9) rounds back to the same bf16 number — a no-op, not a mutant."""
+
+    name = "mutant-scale-error"
+    SCALE = 1.0 - 2.0**-9
+
+    def _to_bf16(self, shard32):
+        return (shard32 * self.SCALE).to(torch.bfloat16)
+
+
+class PositionDependentRow(UnfusedGemmRs):
+    """A row's result depends on where it sits: rows of the last, partial M tile (M % 64 of them) go
+    through a separate remainder epilogue that sums the ranks' fp32 partials and rounds once, while full
+    tiles reduce bf16-rounded partials. Both are conforming numerics (within tolerance; bitwise right on
+    exact inputs), but the same token gives different bits at M = 100 (row 70 in the remainder tile) and
+    at M = 128 — what batch invariance forbids (a token's output must not depend on its batch). From
+    W = 2: at W = 1 both paths round the same accumulator once."""
+
+    name = "mutant-position-dependent-row"
+    TILE = 64
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        tail0 = (M // self.TILE) * self.TILE
+        if tail0 == M:
+            return y  # no partial tile
+        S = self.shard_rows(M)
+        partials = torch.zeros(self.world_size * S, self.N, dtype=torch.float32, device=self.device)
+        torch.mm(x[tail0:].float(), w.float().t(), out=partials[tail0:M])
+        shard = torch.empty(S, self.N, dtype=torch.float32, device=self.device)
+        collectives.reduce_scatter(shard, partials, self.group)  # every rank: M is the same on all
+        r0, n_valid = self.rank * S, self.valid_rows(M)
+        tail_rows = range(max(tail0 - r0, 0), n_valid)
+        if len(tail_rows):
+            y[tail_rows.start : tail_rows.stop].copy_(shard[tail_rows.start : tail_rows.stop].to(torch.bfloat16))
+        return y
