@@ -15,6 +15,9 @@ shard is checked per case (the check runs per rank). On each case:
 * planted biases (power): the final rounding truncated toward zero, ties rounded away from zero, a
   scale of 1 - 2^-9 and of 1 - 2^-12 before the final rounding, +1 ulp on 1% of the elements.
 
+``--tilt`` prints the population bias of round-to-nearest on a few value distributions, as a fraction
+of :data:`properties.bias.TILT_PER_ROUNDING` (the allowance must stay above it).
+
 ``--gloo-cases`` more cases run the oracle itself (``oracle.reference_gemm_rs`` over real gloo groups,
 W = 2..8, every rank's shard checked). Prints the tables; ``--out`` keeps one JSON line per check.
 """
@@ -36,7 +39,14 @@ import torch  # noqa: E402
 from fuzz.strategies import MAX_M, SHAPES, boundary_ms  # noqa: E402
 from mutants.catalogue import bf16_half_away, bf16_toward_zero  # noqa: E402
 from oracle.inputs import all_rank_inputs  # noqa: E402
-from properties.bias import MMA_MIN_K_BLOCK, bf16_ulp, bound, no_systematic_bias, rounding_model  # noqa: E402
+from properties.bias import (  # noqa: E402
+    MMA_MIN_K_BLOCK,
+    TILT_PER_ROUNDING,
+    bf16_ulp,
+    bound,
+    no_systematic_bias,
+    rounding_model,
+)
 
 KINDS = ("gaussian", "small", "large", "skewed")
 CORRECT = ("fp32_sum_of_bf16_partials", "gloo_bf16_chain", "fp32_partials_fp32_sum", "truncating_fp32_blocks8")
@@ -178,6 +188,35 @@ def run_gloo(n_cases: int, rng: random.Random) -> list[dict]:
     return recs
 
 
+# --- the rounding tilt ------------------------------------------------------------------------------
+
+
+def tilt_table(n: int = 16_000_000, seed: int = 0) -> str:
+    """Population bias of round-to-nearest-even to bf16, sum of s * a(v) * (bf16(v) - v) over a sample,
+    as a fraction c of TILT_PER_ROUNDING * sum a(v) |v| (s = sign(v)), for weights a = 1 and a = 1/ulp."""
+    g = torch.Generator().manual_seed(seed)
+
+    def bf16_sum(k):
+        return sum(torch.randn(n, generator=g, dtype=torch.float64).bfloat16().double() for _ in range(k))
+
+    samples = {
+        "gaussian": torch.randn(n, generator=g, dtype=torch.float64),
+        "laplace": -torch.log(torch.rand(n, generator=g, dtype=torch.float64)) * (torch.randint(
+            0, 2, (n,), generator=g) * 2 - 1),
+        "uniform [-1, 1]": torch.rand(n, generator=g, dtype=torch.float64) * 2 - 1,
+        "sum of 2 bf16 gaussians": bf16_sum(2),
+        "sum of 8 bf16 gaussians": bf16_sum(8),
+    }
+    lines = ["| values | c (a = 1) | c (a = 1/ulp) |", "|---|---|---|"]
+    for name, v in samples.items():
+        e, s = v.bfloat16().double() - v, torch.sign(v)
+        cells = []
+        for a in (torch.ones_like(v), 1.0 / bf16_ulp(v)):
+            cells.append(f"{-float((a * s * e).sum()) / (TILT_PER_ROUNDING * float((a * v.abs()).sum())):+.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # --- tables ---------------------------------------------------------------------------------------------
 
 
@@ -232,7 +271,11 @@ def main() -> int:
     ap.add_argument("--shapes", choices=sorted(SHAPES), default="cpu",
                     help="the gate's (N, K) list to draw from (gpu: shards of up to 58M elements, slow on a CPU)")
     ap.add_argument("--out", default=None, help="JSON lines, one per check")
+    ap.add_argument("--tilt", action="store_true", help="only print the rounding-tilt table (the derivation's check)")
     args = ap.parse_args()
+    if args.tilt:
+        print(tilt_table())
+        return 0
     torch.set_num_threads(1)
     rng = random.Random(args.seed)
     recs, t0 = [], time.time()
