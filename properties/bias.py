@@ -152,7 +152,7 @@ def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[i
     zeros = torch.zeros(n, N, dtype=torch.float64, device=device)
     y, abs_p, q_sum, ulp_p2, acc_var = zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone()
     partials_exact = torch.ones(n, N, dtype=torch.bool, device=device)
-    partials = []  # float32 copies: only weighted sums of them are needed below
+    partials = []  # every rank's partial of these rows: W * n * N float64 (about M * N for one shard)
     for x, w in rows:
         xd = x.to(device=device, dtype=torch.float64)
         wd = w.to(device=device, dtype=torch.float64)
@@ -164,11 +164,11 @@ def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[i
         ulp_p2 += bf16_ulp(p) ** 2
         acc_var += K * U_FP32**2 * (p * p + q2) / 3.0
         partials_exact &= _representable(p)
-        partials.append(p.to(torch.float32))
+        partials.append(p)
     checked = torch.isfinite(y) & (y.abs() <= BF16_MAX) & torch.isfinite(abs_p) & torch.isfinite(q_sum)
     zero = torch.zeros((), dtype=torch.float64, device=device)
     y, abs_p, q_sum = (torch.where(checked, t, zero) for t in (y, abs_p, q_sum))
-    partials = [torch.where(checked, p, torch.zeros((), dtype=p.dtype, device=device)) for p in partials]
+    partials = [torch.where(checked, p, zero) for p in partials]
     # bf16 rounding steps: W = 1 rounds the accumulator once; W >= 2 may round every partial, every
     # intermediate sum of a bf16 reduction and the result. Intermediate sums: W - 2 inner nodes of any
     # reduction tree, whose magnitudes add up to at most those of a chain that adds the largest first.
@@ -208,7 +208,7 @@ def _inner_sums(partials: list[torch.Tensor]) -> tuple[torch.Tensor | float, tor
     of their squared bf16 ulps: sum over j = 2 .. W-1 of C_j, the sum of the j largest |p_r|."""
     if len(partials) <= 2:
         return 0.0, 0.0
-    mags = torch.stack([p.abs() for p in partials]).double().sort(dim=0, descending=True).values
+    mags = torch.stack([p.abs() for p in partials]).sort(dim=0, descending=True).values
     largest_first = mags.cumsum(dim=0)[1:-1]  # C_2 .. C_{W-1}
     return largest_first.sum(0), (bf16_ulp(largest_first) ** 2).sum(0)
 
