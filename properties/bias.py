@@ -15,8 +15,9 @@ across elements and symmetric about 0, ``mu_i`` a systematic part a correct impl
   boundary are lopsided) — for the result, each partial, and each inner sum (a sum of partials, in one
   order per shard); signs cancel in a sum over elements, so the bound is taken on the weighted sums;
 * a fp32 accumulation may truncate toward zero after every :data:`MMA_MIN_K_BLOCK` products (tensor
-  cores do): < 1 fp32 ulp of the running sum per step, which drifts to the partial (along its sign)
-  and diffuses with the products' L2 norm (either sign: no cancellation assumed).
+  cores do): < 1 fp32 ulp of the running sum per step; the running sum drifts to the partial (a shift
+  along sign(p), in the allowance) and fluctuates around it with either sign (noise, in ``sigma``).
+  IEEE fp32 adds round to nearest: their tilt, ~2^-51 of the values, is left out.
 
 For each statistic ``s_i`` in {1, sign(Y64_i)}, with weights ``a_i = 1 / sqrt(sigma_i^2 + allowance_i^2)``
 (``sigma_i``: the model's spread; every element gets about the same say):
@@ -149,25 +150,32 @@ def _rows_of(rank: int | None, M: int, W: int) -> tuple[int, int]:
 def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[int, int]]) -> RoundingModel:
     n = rows[0][0].shape[0]
     N, K = rows[0][1].shape
+    # A truncating fp32 accumulation (tensor cores) errs < 1 ulp <= 2 u32 |running sum| per step of B
+    # products, mean <= u32 |running sum|. The running sum drifts to the partial, (k/K) p — a shift along
+    # sign(p), bounded below like a rounding's tilt — and fluctuates around it with the products' L2 norm
+    # q (a bridge: std ~ q sqrt(k/K (1 - k/K))), either sign: noise, like the roundings' (in sigma).
+    steps = -(-K // MMA_MIN_K_BLOCK)
+    drift = U_FP32 * steps / 2.0
     zeros = torch.zeros(n, N, dtype=torch.float64, device=device)
-    y, abs_p, q_sum, ulp_p2, acc_var = zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone()
+    y, abs_p, ulp_p2, acc_var = zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone()
     partials_exact = torch.ones(n, N, dtype=torch.bool, device=device)
     partials = []  # every rank's partial of these rows: W * n * N float64 (about M * N for one shard)
     for x, w in rows:
         xd = x.to(device=device, dtype=torch.float64)
         wd = w.to(device=device, dtype=torch.float64)
         p = xd @ wd.T
-        q2 = (xd * xd) @ (wd * wd).T  # squared L2 norm of the K products: the running sum's diffusion
+        q2 = (xd * xd) @ (wd * wd).T  # squared L2 norm of the K products
         y += p
         abs_p += p.abs()
-        q_sum += q2.sqrt()
         ulp_p2 += bf16_ulp(p) ** 2
-        acc_var += K * U_FP32**2 * (p * p + q2) / 3.0
+        # round-to-nearest accumulation: K steps of variance <= (u32 |running sum|)^2 / 3;
+        # truncating: the fluctuation of the running sum, (u32 steps)^2 q^2 / 6 summed over its steps
+        acc_var += K * U_FP32**2 * (p * p + q2) / 3.0 + (U_FP32 * steps) ** 2 * q2 / 6.0
         partials_exact &= _representable(p)
         partials.append(p)
-    checked = torch.isfinite(y) & (y.abs() <= BF16_MAX) & torch.isfinite(abs_p) & torch.isfinite(q_sum)
+    checked = torch.isfinite(y) & (y.abs() <= BF16_MAX) & torch.isfinite(abs_p) & torch.isfinite(acc_var)
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    y, abs_p, q_sum = (torch.where(checked, t, zero) for t in (y, abs_p, q_sum))
+    y, abs_p = torch.where(checked, y, zero), torch.where(checked, abs_p, zero)
     partials = [torch.where(checked, p, zero) for p in partials]
     # bf16 rounding steps: W = 1 rounds the accumulator once; W >= 2 may round every partial, every
     # intermediate sum of a bf16 reduction and the result. Intermediate sums: W - 2 inner nodes of any
@@ -175,17 +183,13 @@ def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[i
     inner_sum, inner_ulp_sq = _inner_sums(partials)
     ulp_sq = bf16_ulp(y) ** 2 + (ulp_p2 + inner_ulp_sq if W > 1 else 0.0)
     variance = torch.where(checked, ulp_sq / 12.0 + acc_var, zero)
-    # The systematic part, per step: round to nearest shifts a population of values v by at most
-    # TILT_PER_ROUNDING * v (along sign(v): signs cancel in a sum over elements); a truncating fp32
-    # accumulation of K / B steps errs < 1 ulp <= 2 u32 |running sum| per step, mean <= u32 |sum|, and the
-    # running sum drifts to the partial ((k/K) p: along sign(p)) and diffuses (sqrt(k/K) q: any sign).
-    # Inner sums of the reduction are sums of partials, in one order per shard: their shifts are sums of
-    # the partials' shifts, bounded like the partials', largest first.
-    steps = -(-K // MMA_MIN_K_BLOCK)
-    drift, diffusion = U_FP32 * steps / 2.0, U_FP32 * steps * 2.0 / 3.0
+    # The systematic part: round to nearest shifts a population of values v by at most
+    # TILT_PER_ROUNDING * v, along sign(v) — the result, each partial (rounded, and drifted by a truncating
+    # accumulation) and each inner sum of the reduction. Signs cancel in a sum over elements, so the bound
+    # is taken on the weighted sums. Inner sums are sums of partials, in one order per shard: their shifts
+    # are sums of the partials' shifts, bounded like them, largest first.
     per_partial = (TILT_PER_ROUNDING if W > 1 else 0.0) + drift
-    unsigned = diffusion * q_sum + 2.0 * max(W - 1, 0) * U_FP32 * abs_p
-    allowance = TILT_PER_ROUNDING * (y.abs() + inner_sum) + per_partial * abs_p + unsigned
+    allowance = TILT_PER_ROUNDING * (y.abs() + inner_sum) + per_partial * abs_p
     weight = torch.where(checked, torch.rsqrt(variance + allowance**2), zero)
     systematic, spread = {}, {}
     for label, s in ((SIGNED, torch.ones_like(y)), (ALONG_SIGN, torch.sign(y))):
@@ -195,8 +199,7 @@ def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[i
             shifts = sorted((abs(float((ws[lo:hi] * p[lo:hi]).sum())) for p in partials), reverse=True)
             along_partials += sum(shifts)
             inner += sum(sum(shifts[: j + 1]) for j in range(1, W - 1))  # C_2 .. C_{W-1}
-        systematic[label] = (TILT_PER_ROUNDING * (abs(float((ws * y).sum())) + inner) + per_partial * along_partials
-                             + float((weight * s.abs() * unsigned).sum()))
+        systematic[label] = TILT_PER_ROUNDING * (abs(float((ws * y).sum())) + inner) + per_partial * along_partials
         spread[label] = math.sqrt(float(((ws * allowance) ** 2).sum()))
     informative = checked & ~(_representable(y) & partials_exact)
     ulp_total = float(torch.where(informative, bf16_ulp(y), zero).sum())
