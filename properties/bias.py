@@ -58,6 +58,11 @@ N_STATISTICS = 2
 #: a binade boundary are lopsided); sums of a few bf16 numbers (lattice-valued) reach about twice that
 #: (docs/NUMERICS.md); the allowance is twice that again.
 TILT_PER_ROUNDING = 2.0**-17 / math.log(2.0)
+#: Products per step of a truncating (round-toward-zero) fp32 accumulation the model allows: tensor-core
+#: MMA instructions add >= 8 bf16 products per step (mma k8 / k16, wgmma k16). IEEE fp32 arithmetic (CPU,
+#: CUDA cores) rounds to nearest: its tilt, ~2^-51 of the values, is left out.
+MMA_MIN_K_BLOCK = 8
+SIGNED, ALONG_SIGN = "signed", "along the sign of the truth"
 BF16_MANTISSA_BITS = 7
 BF16_MIN_NORMAL_EXP = -126
 FP64_MANTISSA_BITS = 52
@@ -86,13 +91,6 @@ def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
 
 def _representable(v: torch.Tensor) -> torch.Tensor:
     return v.to(torch.bfloat16).to(torch.float64) == v
-
-
-#: Products per step of a truncating (round-toward-zero) fp32 accumulation the model allows: tensor-core
-#: MMA instructions add >= 8 bf16 products per step (mma k8 / k16, wgmma k16); IEEE fp32 accumulation
-#: (CPU, CUDA cores) rounds to nearest and needs no allowance at all.
-MMA_MIN_K_BLOCK = 8
-SIGNED, ALONG_SIGN = "signed", "along the sign of the truth"
 
 
 @dataclass
