@@ -2,7 +2,19 @@
 determines everything a rank does. The driver's Hypothesis strategies (:mod:`fuzz.strategies`) build
 cases; ranks rebuild inputs from the seed; :func:`repro_command` is the one command that reruns one.
 
-Families and what each checks (the verification model; numbers are property names in reports):
+Families (runners: fuzz.families.FAMILIES) and what each checks (the verification model; names are property
+names in reports).
+
+Every valid call, in every family (fuzz/families/calls.py):
+          path_taken        (the path the call reported in last_path is the one the contract has serve it:
+                             the main path where can_run says yes, else the declared fallback, with the reason)
+          result_contract   (bf16, (ceil(M/W), N), on the implementation's device, contiguous)
+          returns_out       (out= given: the returned tensor is out)
+          fresh_result      (out=None: no storage shared with state_tensors() or any earlier result)
+          fresh_padding_zero (out=None: padding rows are +0.0, as the oracle's)
+          call_raised       (fails when a valid call raises: type, message, traceback)
+and per case: earlier_results_unchanged (every result the case holds keeps its bits to the end),
+main_path_available (fails every case where the host cannot build the implementation's main path).
 
 compute   for each M of ``ms`` in order, on one long-lived implementation instance (call i uses input
           kind ``kinds[i]``, or ``kind`` for every call when ``kinds`` is None):
@@ -17,13 +29,13 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
           9 inputs_changed_in_place (after the calls at ms[0]: new values written into the same x and w
                               tensors, one more call: within tolerance of the new truth, bitwise in
                               exact mode — a result or staging keyed by data pointer shows here)
-          also returns_out (out= given: the returned tensor is out) and oracle_exact (exact mode: the
-          oracle == the fp64 truth rounded to bf16).
+          also oracle_exact (exact mode: the oracle == the fp64 truth rounded to bf16).
           ``late_rank`` sleeps ``delay_ms`` before its calls (skew changes nothing but time).
 capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with CapacityError before any
-          work and changes nothing (rejected_cleanly), then a valid call still passes 1.
-bad_call  an invalid call (``bad``: a key of BAD_CALLS, or "all" for every one of them in turn on the
-          same instance) raises its typed error and changes nothing (bad_call_rejected).
+          work and changes nothing (capacity_rejected), then a valid call still passes 1-6.
+bad_call  an invalid call from the bad-call table (fuzz/bad_calls.py; ``bad``: one of its names, or "all"
+          for every one in turn on the same instance) raises its typed error and changes nothing
+          (bad_call_rejected).
 graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
           before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
 """
@@ -34,24 +46,16 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field
 
-FAMILIES = ("compute", "capacity", "bad_call", "graph")
+CAPACITY_BADS = ("zero", "over", "huge")  # the bad calls: fuzz.bad_calls.CAPACITY_CALLS
 
-CAPACITY_BADS = ("zero", "over", "huge")
 
-# bad call -> name of the kernel.errors class it must raise
-BAD_CALLS = {
-    "x_dtype": "DTypeError",
-    "w_dtype": "DTypeError",
-    "out_dtype": "DTypeError",
-    "x_1d": "ShapeError",
-    "w_shape": "ShapeError",
-    "k_mismatch": "ShapeError",
-    "out_shape": "ShapeError",
-    "x_noncontiguous": "LayoutError",
-    "x_misaligned": "LayoutError",
-    "w_transposed": "ShapeError",
-    "x_device": "DeviceError",
-}
+def __getattr__(name: str):
+    # BAD_CALLS (the bad-call table, fuzz/bad_calls.py) imports torch; this module stays plain data
+    if name == "BAD_CALLS":
+        from .bad_calls import BAD_CALLS
+
+        return BAD_CALLS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

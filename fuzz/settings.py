@@ -1,10 +1,21 @@
 """Hypothesis profiles, chosen by HYPOTHESIS_PROFILE (default ``ci``):
 
-* ``ci``      — derandomized (the same examples every run, so CI is reproducible), no deadline (a case
-  is a multi-process collective; the pool has its own per-case deadline), ``print_blob`` so a failure
-  prints its ``@reproduce_failure`` blob, no example database (derandomized runs don't need one);
-* ``dev``     — random, fewer examples, the local example database (failures replay first next run);
-* ``nightly`` — random, many examples, the database.
+* ``ci``      — Hypothesis's own CI model: derandomized (the same examples every run, so CI is
+  reproducible), hence no example database (Hypothesis forbids one with ``derandomize``), no deadline (a
+  case is a multi-process collective; the pool has its own per-case deadline), ``print_blob`` so a
+  failure prints its ``@reproduce_failure`` blob;
+* ``dev``     — random, fewer examples, the example database;
+* ``nightly`` — random, many examples, the example database;
+* ``replay``  — only the examples stored in the database (phases explicit + reuse): what a CI run does
+  first, so a failure a nightly run found is the first thing the next CI run tries (``ci/fuzz`` and
+  ``ci/gate`` run it before the ``ci`` pass whenever the database holds examples:
+  :func:`stored_examples`).
+
+The database is Hypothesis's ``DirectoryBasedExampleDatabase`` (entries keyed by test id, so each
+implementation/topology/W has its own; failing examples are kept, examples that pass again are
+dropped). Keep its directory between runs as a CI cache or artifact (ci/pipelines/ shows how):
+``GEMM_RS_HYPOTHESIS_DB`` names it (default ``<repo>/.hypothesis/examples``, Hypothesis's usual
+place); ``none`` turns it off (the mutation meta-test does, so planted bugs leave no entries behind).
 
 ``GEMM_RS_EXAMPLES`` overrides max_examples of any profile.
 """
@@ -14,19 +25,46 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 # filter_too_much: examples an implementation waives (fuzz/gate.py) are rejected and redrawn
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
             HealthCheck.filter_too_much]
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def example_database(value: str | None = None):
+    """The example database every profile uses: ``GEMM_RS_HYPOTHESIS_DB`` (a directory, or ``none``)."""
+    value = os.environ.get("GEMM_RS_HYPOTHESIS_DB", "") if value is None else value
+    if value.strip().lower() == "none":
+        return None
+    return DirectoryBasedExampleDatabase(value or os.path.join(REPO, ".hypothesis", "examples"))
+
+
+_DB = example_database()
+
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True, database=None,
                           max_examples=25, suppress_health_check=_SLOW_OK)
-settings.register_profile("dev", deadline=None, print_blob=True, max_examples=15, suppress_health_check=_SLOW_OK)
-settings.register_profile("nightly", deadline=None, print_blob=True, max_examples=400,
+settings.register_profile("dev", deadline=None, print_blob=True, max_examples=15, database=_DB,
+                          suppress_health_check=_SLOW_OK)
+settings.register_profile("nightly", deadline=None, print_blob=True, max_examples=400, database=_DB,
                           suppress_health_check=_SLOW_OK,
                           phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
 
+settings.register_profile("replay", deadline=None, print_blob=True, max_examples=25, database=_DB,
+                          suppress_health_check=_SLOW_OK, phases=[Phase.explicit, Phase.reuse])
+
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+
+
+def stored_examples(value: str | None = None) -> int:
+    """How many examples the example database holds (0 when it is off or empty): a replay pass is worth
+    running only when this is non-zero."""
+    db = example_database(value)
+    if db is None or not os.path.isdir(db.path):
+        return 0
+    return sum(len(files) for _, _, files in os.walk(db.path))
 
 
 def load() -> None:

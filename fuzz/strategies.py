@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from oracle.inputs import KINDS
 
-from .case import BAD_CALLS, CAPACITY_BADS, Case
+from .bad_calls import BAD_CALLS
+from .case import CAPACITY_BADS, Case
 
 # (N, K) families: down-projection / attention-output shapes (hidden N, per-rank K slice), scaled to the
 # machine. K is a multiple of 64 (the fused kernel's K tile); N includes non-multiples of 128.

@@ -80,12 +80,13 @@ def check_operands(x, w, out, *, N: int, K: int, max_M: int, world_size: int, de
         S = shard_rows(M, world_size)
         if tuple(out.shape) != (S, N):
             raise ShapeError(f"out has shape {tuple(out.shape)}, expected (ceil(M/W), N) = ({S}, {N})")
-        if _overlaps(out, x) or _overlaps(out, w):
+        if overlaps(out, x) or overlaps(out, w):
             raise LayoutError("out overlaps an input; pass a separate buffer")
     return M
 
 
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the bytes a and b span (first to last element) intersect."""
     if a.device != b.device or not a.numel() or not b.numel():
         return False
     a0, a1 = a.data_ptr(), a.data_ptr() + a.numel() * a.element_size()

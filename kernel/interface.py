@@ -8,6 +8,13 @@ An implementation is built once for a group and a capacity, then called many tim
     shard = impl(x, w, out=None)   # (ceil(M / W), N) bf16: this rank's rows of sum_r x_r @ w_r.T
     impl.last_path                 # which path ran: "fused", "unfused", ...
 
+Paths (CONTRACT.md, "Path"): a verdict on an implementation is a verdict on its own path.
+:attr:`~GemmRsImplementation.main_path` names that path as ``last_path`` reports it;
+:meth:`~GemmRsImplementation.main_path_support` says whether this host can build it at all (device,
+capability, libraries); :meth:`~GemmRsImplementation.expected_path` says which path the contract has serve
+a call: the main path where ``can_run`` says yes, else the declared :attr:`~GemmRsImplementation.fallback_path`
+with ``can_run``'s reason. The gate fails a call whose ``last_path`` is anything else (a silent fallback).
+
 Third-party kernels join the gate through an adapter that subclasses :class:`GemmRsImplementation`
 and declares in :attr:`waived_clauses` the contract clauses it legitimately does not offer (each with
 its reason); the suite then reports those clauses as skipped with that reason, never as passed.
@@ -35,15 +42,14 @@ class Eligibility:
         return self.ok
 
 
-#: Contract clauses an adapter may waive (``waived_clauses`` keys). The suite knows each by name.
+#: Contract clauses an adapter may waive (``waived_clauses`` keys). The suite knows each by name and
+#: honours each waiver (the clause's checks are reported as skipped with the reason, never passed).
 CLAUSES = (
     "out_param",        # accepts out= and writes only its valid rows
     "graph_capture",    # CUDA-graph capturable and replayable
     "unaligned_m",      # any M in 1..max_M, not only multiples of W or of a tile
     "capacity_check",   # rejects M > max_M / M <= 0 with a ValueError subclass before any work
-    "bad_call_checks",  # rejects wrong dtype/shape/device/layout with a clear error
-    "typed_errors",     # ... with this suite's typed errors (kernel/errors.py), not any exception
-    "repeatable",       # bitwise identical results call after call
+    "typed_errors",     # rejects bad calls with this suite's typed errors (kernel/errors.py), not any exception
 )
 
 
@@ -51,6 +57,11 @@ class GemmRsImplementation(abc.ABC):
     """Base of every implementation and adapter. Subclasses implement :meth:`_run`."""
 
     name: str = "abstract"
+    #: the path this implementation is gated on, as ``last_path`` reports it; a subclass that sets
+    #: neither this nor a parent's gets its ``name`` (see ``__init_subclass__``)
+    main_path: str | None = None
+    #: the path a call takes where ``can_run`` says no (None: no fallback; such a call must not run)
+    fallback_path: str | None = None
     #: world sizes this implementation supports; others raise UnsupportedConfigError at construction
     supported_world_sizes: range | tuple[int, ...] = range(1, 1 << 16)
     #: clause name -> reason, for clauses of CLAUSES this implementation does not offer
@@ -64,6 +75,8 @@ class GemmRsImplementation(abc.ABC):
         if unknown:  # a misspelt waiver would silently waive nothing
             raise TypeError(f"{cls.__name__}.waived_clauses names unknown clause(s) {sorted(unknown)}; "
                             f"known: {CLAUSES}")
+        if cls.main_path is None:
+            cls.main_path = cls.name
 
     def __init__(self, group=None, *, max_M: int, N: int, K: int, device: torch.device | str | None = None):
         from .checks import check_world_size
@@ -84,9 +97,23 @@ class GemmRsImplementation(abc.ABC):
         self.last_path: str | None = None
 
     # --- contract -------------------------------------------------------------------------------
+    def main_path_support(self) -> Eligibility:
+        """Whether this host can build the main path at all (device type and capability, libraries). When
+        not, every verdict on this implementation is a FAIL with the reason: its own path never runs."""
+        return Eligibility(True)
+
     def can_run(self, weight: torch.Tensor) -> Eligibility:
         """Whether this implementation's main path supports ``weight`` and the group."""
         return Eligibility(True)
+
+    def expected_path(self, x: torch.Tensor, w: torch.Tensor) -> tuple[str | None, str]:
+        """(path, reason): the path the contract has serve this call, as ``last_path`` names it. The main
+        path where ``can_run(w)`` says yes (reason ""); else the declared fallback with ``can_run``'s reason;
+        None when there is no fallback (no path serves the call). Metadata only."""
+        ok = self.can_run(w)
+        if ok:
+            return self.main_path, ""
+        return self.fallback_path, ok.reason or "can_run gave no reason"
 
     def should_run(self, x: torch.Tensor) -> bool:
         """Whether the main path pays for this M (a call that ignores this is still correct)."""

@@ -25,6 +25,7 @@ def guard_words(n: int, device) -> torch.Tensor:
 
 class UnfusedGemmRs(GemmRsImplementation):
     name = "unfused"
+    main_path = "unfused"  # also what every subclass runs (mutants, fixtures) unless it says otherwise
 
     def __init__(self, group=None, *, max_M: int, N: int, K: int, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)

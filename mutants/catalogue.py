@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from kernel import collectives
-from kernel.checks import check_m_in_range, check_operands
+from kernel.checks import check_m_in_range, check_operands, overlaps
 from kernel.unfused import UnfusedGemmRs
 
 # --- shared pieces ---------------------------------------------------------------------------------
@@ -506,17 +506,96 @@ class NoValidRowsSkipsCollective(UnfusedGemmRs):
         return super()._run(x, w, out, M)
 
 
+# --- path and result (issue 13) ------------------------------------------------------------------------
+
+
+class SilentFallback(UnfusedGemmRs):
+    """A silent fallback: the wrapper sends small M (< 128) to its unfused fallback without ``can_run``
+    saying so, and reports it honestly in ``last_path`` — a gate that only compares values passes it, and
+    has then gated the fallback, not the kernel it names (issue 13: fused on a host without the CuTe DSL
+    bundle passed the gate on the unfused path)."""
+
+    name = "mutant-silent-fallback"
+    main_path = "fast"
+    fallback_path = "unfused"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self.last_path = "unfused" if M < self.should_run_min_m else "fast"
+        return y
+
+
+class Fp32Result(UnfusedGemmRs):
+    """The result's dtype follows the accumulator: without ``out=`` the epilogue allocates its output in
+    fp32 (values right, bf16 contract broken: the caller's next op silently runs in fp32 or fails)."""
+
+    name = "mutant-fp32-result"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        return y if out is not None else y.float()
+
+
+class ShortResult(UnfusedGemmRs):
+    """A short result: without ``out=`` only the rank's valid rows are returned (``min(S, M - r*S)`` rows
+    instead of ``S = ceil(M/W)``), so shards of one call differ in shape across ranks and a caller that
+    concatenates or indexes by ``r*S`` reads the wrong rows."""
+
+    name = "mutant-short-result"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        return y if out is not None else y[: self.valid_rows(M)].clone()
+
+
+class ResultAliasesWorkspace(UnfusedGemmRs):
+    """The result aliases internal state: without ``out=`` the call returns a view of its reduce-scatter
+    shard buffer instead of a fresh tensor (saves an allocation and a copy); the caller's result is
+    overwritten by the next call."""
+
+    name = "mutant-result-aliases-workspace"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is not None:
+            return y
+        S = self.shard_rows(M)
+        self._shard[self.valid_rows(M) : S].zero_()  # padding rows zero, as a fresh result's
+        return self._shard[:S]
+
+
+class OutOverlappingWAccepted(UnfusedGemmRs):
+    """The aliasing check compares ``out`` with the activation only: an ``out`` that overlaps the weight
+    is accepted, and the epilogue's store overwrites the weight (the next layer, or the next call, reads
+    a corrupted weight)."""
+
+    name = "mutant-out-overlapping-w-accepted"
+
+    def validate(self, x, w, out):
+        if isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and overlaps(out, w):
+            w = torch.empty_like(w)  # every check of w, on a stand-in that does not overlap out
+        return super().validate(x, w, out)
+
+
 # --- the matrix --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class MutantSpec:
     """One row of the kill matrix: the mutant, the world sizes it runs at in CI (the nightly run adds
-    more), and the property expected to catch it (documentation; any failure kills)."""
+    more), and the properties expected to catch it (check names, or ``hang`` / ``died`` for the
+    liveness watchdog): the matrix flags a kill by any other property as a mismatch (any failing
+    property or the watchdog kills; a harness error never does)."""
 
     name: str
     world_sizes: tuple[int, ...]
-    expected: str
+    expected: tuple[str, ...]
+
+    def __post_init__(self):
+        if isinstance(self.expected, str) or not self.expected or \
+                not all(isinstance(e, str) and e.isidentifier() for e in self.expected):
+            raise TypeError(f"{self.name}: expected must be a non-empty tuple of property names, "
+                            f"not {self.expected!r}")
 
     @property
     def impl(self) -> str:
@@ -524,30 +603,35 @@ class MutantSpec:
 
 
 CATALOGUE: tuple[MutantSpec, ...] = (
-    MutantSpec("DroppedRankOddM", (2,), "within_tolerance"),
-    MutantSpec("DoubleCountedRank", (2,), "within_tolerance"),
-    MutantSpec("ShardPermutation", (2,), "within_tolerance"),
-    MutantSpec("ShiftedRowAtShardBoundary", (2,), "within_tolerance"),
-    MutantSpec("LateRankReadsStaleBuffer", (2,), "within_tolerance (late_rank cases)"),
-    MutantSpec("PaddingRowsZeroed", (2,), "padded_rows_untouched"),
-    MutantSpec("PaddingRowsGarbage", (2,), "padded_rows_untouched"),
-    MutantSpec("RowPastEndOfOut", (2,), "guard_regions_untouched (after out)"),
-    MutantSpec("WorkspaceOverrun", (2,), "guard_regions_untouched (after workspace)"),
-    MutantSpec("OutIgnored", (2,), "returns_out"),
-    MutantSpec("CapacityAsAssert", (2,), "capacity_rejected"),
-    MutantSpec("ZeroMAccepted", (2,), "capacity_rejected"),
-    MutantSpec("WorkQueuedBeforeCheck", (2,), "capacity_rejected / bad_call_rejected"),
-    MutantSpec("WrongDtypeAccepted", (2,), "bad_call_rejected"),
-    MutantSpec("NonContiguousXReadWrongly", (2,), "bad_call_rejected"),
-    MutantSpec("TransposedWeightAccepted", (2,), "bad_call_rejected"),
-    MutantSpec("ShapeKeyedResultCache", (2,), "within_tolerance / fresh_per_call"),
-    MutantSpec("StaleAfterInplaceInputs", (2,), "inputs_changed_in_place"),
-    MutantSpec("NondeterministicReduction", (2,), "repeatable"),
-    MutantSpec("NaNSwallowed", (2,), "nonfinite_pattern_matches"),
-    MutantSpec("NaNStickyInWorkspace", (2,), "nonfinite_pattern_matches (kinds alternate)"),
-    MutantSpec("SmallTilesSkipped", (2,), "within_tolerance (small inputs)"),
-    MutantSpec("OutputScaledSlightly", (2,), "bitwise_equal (exact mode)"),
-    MutantSpec("NoValidRowsSkipsCollective", (2,), "hang / wrong result"),
+    MutantSpec("DroppedRankOddM", (2,), ("within_tolerance",)),
+    MutantSpec("DoubleCountedRank", (2,), ("within_tolerance",)),
+    MutantSpec("ShardPermutation", (2,), ("within_tolerance",)),
+    MutantSpec("ShiftedRowAtShardBoundary", (2,), ("within_tolerance",)),
+    MutantSpec("LateRankReadsStaleBuffer", (2,), ("within_tolerance", "fresh_per_call")),
+    MutantSpec("PaddingRowsZeroed", (2,), ("padded_rows_untouched",)),
+    MutantSpec("PaddingRowsGarbage", (2,), ("padded_rows_untouched",)),
+    MutantSpec("RowPastEndOfOut", (2,), ("guard_regions_untouched",)),
+    MutantSpec("WorkspaceOverrun", (2,), ("guard_regions_untouched",)),
+    MutantSpec("OutIgnored", (2,), ("returns_out",)),
+    MutantSpec("CapacityAsAssert", (2,), ("capacity_rejected",)),
+    MutantSpec("ZeroMAccepted", (2,), ("capacity_rejected",)),
+    MutantSpec("WorkQueuedBeforeCheck", (2,), ("capacity_rejected", "bad_call_rejected")),
+    MutantSpec("WrongDtypeAccepted", (2,), ("bad_call_rejected",)),
+    MutantSpec("NonContiguousXReadWrongly", (2,), ("bad_call_rejected",)),
+    MutantSpec("TransposedWeightAccepted", (2,), ("bad_call_rejected",)),
+    MutantSpec("ShapeKeyedResultCache", (2,), ("within_tolerance", "fresh_per_call", "inputs_changed_in_place")),
+    MutantSpec("StaleAfterInplaceInputs", (2,), ("inputs_changed_in_place",)),
+    MutantSpec("NondeterministicReduction", (2,), ("repeatable",)),
+    MutantSpec("NaNSwallowed", (2,), ("nonfinite_pattern_matches",)),
+    MutantSpec("NaNStickyInWorkspace", (2,), ("nonfinite_pattern_matches", "fresh_per_call")),
+    MutantSpec("SmallTilesSkipped", (2,), ("within_tolerance",)),
+    MutantSpec("OutputScaledSlightly", (2,), ("bitwise_equal", "within_tolerance")),
+    MutantSpec("NoValidRowsSkipsCollective", (2,), ("hang", "within_tolerance", "path_taken")),
+    MutantSpec("SilentFallback", (2,), ("path_taken",)),
+    MutantSpec("Fp32Result", (2,), ("result_contract",)),
+    MutantSpec("ShortResult", (2,), ("result_contract",)),
+    MutantSpec("ResultAliasesWorkspace", (2,), ("fresh_result", "earlier_results_unchanged")),
+    MutantSpec("OutOverlappingWAccepted", (2,), ("bad_call_rejected",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
@@ -581,8 +665,10 @@ class AdapterStyleNoOut(UnfusedGemmRs):
             raise RuntimeError("library error: wrong device")
         if x.data_ptr() % 16:
             raise RuntimeError("library error: misaligned x")
+        if x.shape[1] != self.K:
+            raise RuntimeError("library error: x and the weight differ in K")
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != (self.N, self.K) or w.dtype != torch.bfloat16 \
-                or not w.is_contiguous():
+                or not w.is_contiguous() or w.device != self.device or w.data_ptr() % 16:
             raise RuntimeError("library error: bad weight")
         return int(x.shape[0])
 

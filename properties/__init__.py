@@ -6,9 +6,11 @@ from .exact import bitwise_equal
 from .guards import Guarded, guard_regions_untouched
 from .nonfinite import nonfinite_pattern_matches
 from .padding import SENTINEL, padded_rows_untouched, sentinel_like
-from .rejection import rejected_cleanly
+from .path import main_path_available, path_taken
+from .rejection import call_raised, rejected_cleanly
 from .repeatability import repeatable
 from .result import CheckResult, PropertyViolation, skipped
+from .result_contract import fresh_padding_zero, fresh_result, result_contract, results_unchanged, returns_out
 from .tolerance import budget, within_tolerance
 
 __all__ = [
@@ -18,12 +20,20 @@ __all__ = [
     "PropertyViolation",
     "bitwise_equal",
     "budget",
+    "call_raised",
+    "fresh_padding_zero",
     "fresh_per_call",
+    "fresh_result",
     "guard_regions_untouched",
+    "main_path_available",
     "nonfinite_pattern_matches",
     "padded_rows_untouched",
+    "path_taken",
     "rejected_cleanly",
     "repeatable",
+    "result_contract",
+    "results_unchanged",
+    "returns_out",
     "sentinel_like",
     "skipped",
     "within_tolerance",

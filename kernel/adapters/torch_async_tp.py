@@ -20,11 +20,12 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from ..interface import GemmRsImplementation
+from ..interface import Eligibility, GemmRsImplementation
 
 
 class TorchAsyncTpGemmRs(GemmRsImplementation):
     name = "torch-async-tp"
+    main_path = "torch-async-tp"  # the op itself; it has no fallback
     waived_clauses = {
         "out_param": "fused_matmul_reduce_scatter allocates its own output; it has no out= to write into",
         "capacity_check": "the op has no capacity (no max_M): it allocates per call, so any M is valid for it",
@@ -44,6 +45,16 @@ class TorchAsyncTpGemmRs(GemmRsImplementation):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 enable(self.group_name)
+
+    def main_path_support(self) -> Eligibility:
+        """The op needs a CUDA device and torch's symmetric memory with the op registered."""
+        if self.device.type != "cuda" or not torch.cuda.is_available():
+            return Eligibility(False, f"device {self.device} is not a usable CUDA device")
+        try:
+            torch.ops.symm_mem.fused_matmul_reduce_scatter  # noqa: B018 — resolving the op is the check
+        except (AttributeError, RuntimeError) as exc:
+            return Eligibility(False, f"torch.ops.symm_mem.fused_matmul_reduce_scatter is not available ({exc})")
+        return Eligibility(True)
 
     def validate(self, x, w, out) -> int:
         # Nothing of ours: what the op accepts or rejects is what is under test.

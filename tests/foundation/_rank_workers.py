@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from fuzz.bad_calls import BAD_CALLS, CAPACITY_CALLS, GoodCall
+from fuzz.families import RankContext
+from fuzz.families.bad_call import reject
 from kernel.checks import shard_rows, valid_rows
-from kernel.errors import CapacityError, DeviceError, DTypeError, LayoutError, ShapeError
 from kernel.unfused import UnfusedGemmRs
 from oracle import all_rank_inputs, reference_gemm_rs, shard_truth
 from properties import (
@@ -19,7 +21,6 @@ from properties import (
     bitwise_equal,
     fresh_per_call,
     padded_rows_untouched,
-    rejected_cleanly,
     repeatable,
     sentinel_like,
     within_tolerance,
@@ -131,75 +132,17 @@ def unfused_vs_contract(rank: int, world_size: int, *, Ms: list[int], N: int, K:
     return failures, {"waived": dict(impl.waived_clauses)}
 
 
-def _misaligned(shape, fill: torch.Tensor | None = None) -> torch.Tensor:
-    """A contiguous bf16 view starting at element 1 of a buffer: 2 bytes past a 16-byte boundary."""
-    n = 1
-    for d in shape:
-        n *= d
-    buf = torch.zeros(n + 8, dtype=torch.bfloat16)
-    t = buf[1 : 1 + n].view(*shape)
-    if fill is not None:
-        t.copy_(fill)
-    return t
-
-
 def bad_calls(impl, rank: int, *, N: int, K: int, max_M: int, seed: int) -> list[str]:
-    """Every bad-call class raises its typed error and changes nothing watched (rank-local: a rejected
-    call queues no collective)."""
+    """Every entry of the bad-call table (fuzz/bad_calls.py, the gate's own) raises its typed error and
+    changes nothing watched, through the gate's helper (rank-local: a rejected call queues no collective)."""
     W = impl.world_size
     M = 2 * W + 1
-    S = shard_rows(M, W)
     x, w = all_rank_inputs(seed, M, N, K, W, "gaussian")[rank]
-    out = sentinel_like((S, N))
-    meta = torch.device("meta")
-    x_big = all_rank_inputs(seed, M, N, 2 * K, W, "gaussian")[rank][0]
-    aliasing_x = torch.zeros(max(M * K, S * N), dtype=torch.bfloat16)
-    cases = [
-        # (what, expected error, call arguments)
-        ("x 1-D", ShapeError, (x.reshape(-1), w, None)),
-        ("x 3-D", ShapeError, (x.reshape(1, M, K), w, None)),
-        ("w 3-D", ShapeError, (x, w.reshape(1, N, K), None)),
-        ("w (N+1, K)", ShapeError, (x, torch.zeros(N + 1, K, dtype=torch.bfloat16), None)),
-        (
-            "w (N, 2K) = w^T-like K mismatch",
-            ShapeError,
-            (x, torch.zeros(N, 2 * K, dtype=torch.bfloat16), None),
-        ),
-        ("x K != w K", ShapeError, (x_big, w, None)),
-        ("w passed as (K, N)", ShapeError, (x, torch.zeros(K, N, dtype=torch.bfloat16), None)),
-        ("out (S+1, N)", ShapeError, (x, w, sentinel_like((S + 1, N)))),
-        ("out (S, N+1)", ShapeError, (x, w, sentinel_like((S, N + 1)))),
-        ("out 1-D", ShapeError, (x, w, sentinel_like((S * N,)))),
-        ("x fp32", DTypeError, (x.float(), w, None)),
-        ("w fp16", DTypeError, (x, w.half(), None)),
-        ("out fp32", DTypeError, (x, w, torch.zeros(S, N))),
-        ("x on meta", DeviceError, (torch.empty(M, K, dtype=torch.bfloat16, device=meta), w, None)),
-        ("w on meta", DeviceError, (x, torch.empty(N, K, dtype=torch.bfloat16, device=meta), None)),
-        ("out on meta", DeviceError, (x, w, torch.empty(S, N, dtype=torch.bfloat16, device=meta))),
-        ("x non-contiguous", LayoutError, (x_big[:, ::2], w, None)),
-        ("w = W.mT of a (K, N) tensor", LayoutError, (x, w.t().contiguous().t(), None)),
-        ("out non-contiguous", LayoutError, (x, w, sentinel_like((S, 2 * N))[:, ::2])),
-        ("x misaligned", LayoutError, (_misaligned((M, K), x), w, None)),
-        ("w misaligned", LayoutError, (x, _misaligned((N, K), w), None)),
-        ("out misaligned", LayoutError, (x, w, _misaligned((S, N), out))),
-        (
-            "out overlaps x",
-            LayoutError,
-            (aliasing_x[: M * K].view(M, K).copy_(x), w, aliasing_x[: S * N].view(S, N)),
-        ),
-        ("M = 0", CapacityError, (x[:0], w, None)),
-        ("M = max_M + 1", CapacityError, (torch.zeros(max_M + 1, K, dtype=torch.bfloat16), w, None)),
-    ]
+    good = GoodCall(x, w, sentinel_like((shard_rows(M, W), N)), max_M, max_M + 1)
+    ctx = RankContext(None, rank=rank, world_size=W, device=torch.device("cpu"))
     failures = []
-    for what, expected, (cx, cw, cout) in cases:
-        watched = {"workspace partials": impl._partials, "workspace shard": impl._shard}
-        for name, t in (("x", cx), ("w", cw), ("out", cout)):
-            if t is not None and t.device.type != "meta":
-                watched[name] = t
-        res = rejected_cleanly(
-            lambda cx=cx, cw=cw, cout=cout: impl(cx, cw, out=cout), expected, watched, rank=rank
-        )
-        _collect(failures, res, f"bad call '{what}'")
+    for entry in (*BAD_CALLS.values(), *CAPACITY_CALLS.values()):
+        _collect(failures, reject(ctx, impl, entry, good, name="bad_call_rejected"), f"bad call '{entry.name}'")
     return failures
 
 

@@ -33,3 +33,25 @@ def test_a_misspelt_waiver_is_refused_at_class_definition():
 
     with pytest.raises(TypeError, match="unaligned_M"):
         type("Typo", (UnfusedGemmRs,), {"waived_clauses": {"unaligned_M": "typo"}})
+
+
+def test_every_waivable_clause_is_honoured_by_the_gate():
+    """No waiver the gate accepts but never consults: each clause of CLAUSES is looked up by a family
+    (which then reports that clause's checks as skipped with the reason)."""
+    from pathlib import Path
+
+    families = Path(__file__).resolve().parents[2] / "fuzz" / "families"
+    source = "\n".join(p.read_text() for p in sorted(families.glob("*.py")))
+    for clause in CLAUSES:
+        assert f'waiver(impl, "{clause}")' in source, f"clause {clause!r} is waivable but no family honours it"
+
+
+def test_async_tp_declares_its_path_and_needs_a_cuda_device():
+    from types import SimpleNamespace
+
+    import torch
+
+    assert TorchAsyncTpGemmRs.main_path == TorchAsyncTpUnalignedProbe.main_path == "torch-async-tp"
+    assert TorchAsyncTpGemmRs.fallback_path is None
+    support = TorchAsyncTpGemmRs.main_path_support(SimpleNamespace(device=torch.device("cpu")))
+    assert not support and "not a usable CUDA device" in support.reason

@@ -1,0 +1,170 @@
+"""The bad-call table: every class of invalid call the contract says an implementation rejects with a
+typed error, changing nothing (CONTRACT.md, "Capacity and bad input"). One table for the gate's
+``bad_call`` and ``capacity`` families and for the unit tests (tests/foundation), so a class checked in
+one place is checked in all.
+
+Each entry makes its bad operands from a good call's (:class:`GoodCall`: x (M, K), w (N, K), out (S, N)
+or None, max_M, the device), so a bad call differs from a valid one in exactly the way its name says.
+Entries are applicable to every good call (every M, N, K, W, device).
+
+:data:`BAD_CALLS` — wrong dtype, rank of tensor, shape, device, layout (non-contiguous, misaligned by
+2 bytes), out overlapping an input. :data:`CAPACITY_CALLS` — M out of 1..max_M. ``same_values``: the
+operands hold the good call's values, only the layout differs — an implementation that accepts one
+violates the contract either way, and the gate also says whether its result was right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kernel.errors import CapacityError, DeviceError, DTypeError, LayoutError, ShapeError
+from properties.padding import sentinel_like
+
+
+@dataclass(frozen=True)
+class GoodCall:
+    """A valid call's operands (out None when the implementation waives out=), and the M just past
+    capacity that the implementation takes (max_M + 1, or the next multiple of W under an unaligned-M
+    waiver)."""
+
+    x: torch.Tensor
+    w: torch.Tensor
+    out: torch.Tensor | None
+    max_M: int
+    over_M: int
+
+    @property
+    def M(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def K(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def N(self) -> int:
+        return int(self.w.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+
+@dataclass(frozen=True)
+class BadCall:
+    name: str
+    what: str                                  # what the caller did wrong, for reports
+    expected: tuple[type[Exception], ...]      # the typed error(s) the contract has it raise
+    build: Callable[[GoodCall, int], tuple]    # (good, S) -> (x, w, out)
+    needs_out: bool = False                    # meaningless without out= (skipped where out= is waived)
+    same_values: bool = False                  # operands hold the good call's values, only the layout differs
+    watch_x: bool = True                       # x can be copied to compare (not a 2^40-row expanded view)
+
+
+def _elsewhere(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the wrong device: meta for a CPU implementation, the CPU for a GPU one."""
+    return t.to("meta") if t.device.type == "cpu" else t.cpu()
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a view with column stride 2: non-contiguous for every shape."""
+    buf = torch.zeros(t.shape[0], 2 * t.shape[1], dtype=t.dtype, device=t.device)
+    buf[:, ::2] = t
+    return buf[:, ::2]
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a contiguous view starting 2 bytes past a 16-byte boundary."""
+    buf = torch.zeros(t.numel() + 8, dtype=t.dtype, device=t.device)
+    view = buf[1 : 1 + t.numel()].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+def _transposed_buffer(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values as ``W.mT`` of a row-major (K, N) tensor: shape (N, K), strides (1, N)."""
+    return t.t().contiguous().t()
+
+
+def _out_overlapping(t: torch.Tensor, S: int, N: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a copy of ``t``, an (S, N) out) in one buffer: out starts where the copy starts."""
+    buf = torch.zeros(max(t.numel(), S * N), dtype=t.dtype, device=t.device)
+    copy = buf[: t.numel()].view(t.shape)
+    copy.copy_(t)
+    return copy, buf[: S * N].view(S, N)
+
+
+def _overlaps_x(g: GoodCall, S: int):
+    x, out = _out_overlapping(g.x, S, g.N)
+    return x, g.w, out
+
+
+def _overlaps_w(g: GoodCall, S: int):
+    w, out = _out_overlapping(g.w, S, g.N)
+    return g.x, w, out
+
+
+def _entries(*rows) -> dict[str, BadCall]:
+    return {row.name: row for row in rows}
+
+
+BAD_CALLS: dict[str, BadCall] = _entries(
+    # dtype
+    BadCall("x_dtype", "x is fp16", (DTypeError,), lambda g, S: (g.x.half(), g.w, g.out)),
+    BadCall("w_dtype", "w is fp32 (a master weight)", (DTypeError,), lambda g, S: (g.x, g.w.float(), g.out)),
+    BadCall("out_dtype", "out is fp32", (DTypeError,),
+            lambda g, S: (g.x, g.w, torch.zeros(S, g.N, dtype=torch.float32, device=g.device)), needs_out=True),
+    # rank of tensor and shape
+    BadCall("x_1d", "x is 1-D", (ShapeError,), lambda g, S: (g.x.reshape(-1), g.w, g.out)),
+    BadCall("x_3d", "x is 3-D (1, M, K)", (ShapeError,), lambda g, S: (g.x.reshape(1, g.M, g.K), g.w, g.out)),
+    BadCall("w_3d", "w is 3-D (1, N, K)", (ShapeError,), lambda g, S: (g.x, g.w.reshape(1, g.N, g.K), g.out)),
+    BadCall("w_rows", "w is (N+1, K)", (ShapeError,), lambda g, S: (g.x, torch.cat([g.w, g.w[:1]]), g.out)),
+    BadCall("w_cols", "w is (N, 2K)", (ShapeError,), lambda g, S: (g.x, torch.cat([g.w, g.w], 1), g.out)),
+    BadCall("k_mismatch", "x is (M, 2K), w is (N, K)", (ShapeError,),
+            lambda g, S: (torch.cat([g.x, g.x], 1), g.w, g.out)),
+    # w passed as (K, N): a (K, N) view is caught by its layout or its shape, whichever is checked first
+    BadCall("w_transposed", "w passed as (K, N): w.t()", (ShapeError, LayoutError),
+            lambda g, S: (g.x, g.w.t(), g.out)),
+    BadCall("out_rows", "out is (S+1, N)", (ShapeError,),
+            lambda g, S: (g.x, g.w, sentinel_like((S + 1, g.N), device=g.device)), needs_out=True),
+    BadCall("out_cols", "out is (S, N+1)", (ShapeError,),
+            lambda g, S: (g.x, g.w, sentinel_like((S, g.N + 1), device=g.device)), needs_out=True),
+    BadCall("out_1d", "out is 1-D (S*N,)", (ShapeError,),
+            lambda g, S: (g.x, g.w, sentinel_like((S * g.N,), device=g.device)), needs_out=True),
+    # device
+    BadCall("x_device", "x on another device", (DeviceError,), lambda g, S: (_elsewhere(g.x), g.w, g.out)),
+    BadCall("w_device", "w on another device", (DeviceError,), lambda g, S: (g.x, _elsewhere(g.w), g.out)),
+    BadCall("out_device", "out on another device", (DeviceError,),
+            lambda g, S: (g.x, g.w, _elsewhere(g.out)), needs_out=True),
+    # layout: non-contiguous
+    BadCall("x_noncontiguous", "x non-contiguous (column stride 2)", (LayoutError,),
+            lambda g, S: (_strided(g.x), g.w, g.out), same_values=True),
+    BadCall("w_noncontiguous", "w non-contiguous (column stride 2)", (LayoutError,),
+            lambda g, S: (g.x, _strided(g.w), g.out), same_values=True),
+    BadCall("w_mT", "w = W.mT of a row-major (K, N) tensor", (LayoutError,),
+            lambda g, S: (g.x, _transposed_buffer(g.w), g.out), same_values=True),
+    BadCall("out_noncontiguous", "out non-contiguous (column stride 2)", (LayoutError,),
+            lambda g, S: (g.x, g.w, _strided(g.out)), needs_out=True, same_values=True),
+    # layout: misaligned (2 bytes past a 16-byte boundary)
+    BadCall("x_misaligned", "x 2 bytes past a 16-byte boundary", (LayoutError,),
+            lambda g, S: (_misaligned(g.x), g.w, g.out), same_values=True),
+    BadCall("w_misaligned", "w 2 bytes past a 16-byte boundary", (LayoutError,),
+            lambda g, S: (g.x, _misaligned(g.w), g.out), same_values=True),
+    BadCall("out_misaligned", "out 2 bytes past a 16-byte boundary", (LayoutError,),
+            lambda g, S: (g.x, g.w, _misaligned(g.out)), needs_out=True, same_values=True),
+    # aliasing
+    BadCall("out_overlaps_x", "out overlaps x", (LayoutError,), _overlaps_x, needs_out=True),
+    BadCall("out_overlaps_w", "out overlaps w", (LayoutError,), _overlaps_w, needs_out=True),
+)
+
+CAPACITY_CALLS: dict[str, BadCall] = _entries(
+    BadCall("zero", "M = 0", (CapacityError,), lambda g, S: (g.x[:0], g.w, g.out)),
+    BadCall("over", "M just past max_M", (CapacityError,),
+            lambda g, S: (g.x.repeat(-(-g.over_M // g.M), 1)[: g.over_M], g.w, g.out)),
+    BadCall("huge", "M = 2^40 (an expanded view: nothing materialised)", (CapacityError,),
+            lambda g, S: (torch.zeros(1, g.K, dtype=g.x.dtype, device=g.device).expand(1 << 40, g.K), g.w, g.out),
+            watch_x=False),
+)

@@ -1,0 +1,83 @@
+"""What a rank does with one case: the families (see :mod:`fuzz.case` for the verification model).
+
+A family is one module with ``run(ctx, impl, case) -> list[CheckResult]`` and one entry in
+:data:`FAMILIES`. Every valid implementation call goes through ``ctx.call`` (:mod:`.calls`: path, result
+contract, freshness, a raising call), every invalid one through ``properties.rejected_cleanly``
+(:mod:`.bad_call`).
+
+Every rank runs the same sequence of collectives (implementation calls, oracle calls) in the same order,
+so a correct implementation never deadlocks here; a broken one that does is caught by the driver's
+watchdog. What :func:`run_case` returns is this rank's verdict material; it raises only for a harness
+error (an unknown family, a bug here), which the engine reports as ERROR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import kernel.errors as kerr
+from properties import main_path_available, skipped
+from properties.result import CheckResult
+
+from ..case import Case
+from . import bad_call, capacity, compute, graph
+from .calls import CallRaised
+from .context import RankContext, describe_exception, waiver
+
+#: family name (Case.family) -> runner
+FAMILIES = {
+    "compute": compute.run,
+    "capacity": capacity.run,
+    "bad_call": bad_call.run,
+    "graph": graph.run,
+}
+
+#: out= clauses reported as skipped where the implementation waives out= (the case runs with out=None)
+OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
+
+__all__ = ["FAMILIES", "RankContext", "describe_exception", "run_case"]
+
+
+def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
+    """All checks of ``case`` on this rank.
+
+    * the implementation's construction raising UnsupportedConfigError: one skipped check with the reason
+      (the whole family is skipped, never passed);
+    * the host cannot build the implementation's main path: one failed ``main_path_available`` check;
+    * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there)."""
+    runner = FAMILIES.get(case.family)
+    if runner is None:
+        raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES)}")
+    try:
+        impl = ctx.impl(case)
+    except kerr.UnsupportedConfigError as exc:
+        return [skipped("unsupported_config", f"construction raised {type(exc).__name__}: {exc}", rank=ctx.rank)]
+    available = main_path_available(impl.main_path_support(), main_path=impl.main_path, rank=ctx.rank)
+    if not available.passed:  # (a pass is not reported: a case whose checks were all skipped stays skipped)
+        return [available]
+    notes = []
+    reason = waiver(impl, "out_param")
+    if reason and case.out == "guarded" and case.family in ("compute", "capacity", "graph"):
+        # No out= to check: run the case with out=None and report the out= clauses as skipped.
+        case = dataclasses.replace(case, out="none")
+        notes += [skipped(name, f"waived by the implementation: {reason}", rank=ctx.rank) for name in OUT_CLAUSES]
+    calls = ctx.begin_case()
+    try:
+        checks = runner(ctx, impl, case)
+    except Exception as exc:
+        if not _raised_by_call(exc):
+            raise
+        checks = []  # the failed call_raised check is in the ledger
+    return notes + checks + calls.checks + calls.finish()
+
+
+def _raised_by_call(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or was raised while handling) a valid call's exception: a CUDA-graph capture
+    that ends after a raising call may raise its own error on top of it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, CallRaised):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False

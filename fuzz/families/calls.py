@@ -1,0 +1,103 @@
+"""The one door every valid implementation call of a case goes through (bad calls go through
+``properties.rejected_cleanly`` instead: they must raise). :meth:`CaseCalls.call` makes the call and
+records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``):
+
+* ``call_raised``      — the valid call raised: the implementation's failure, with type, message and
+  traceback (the family stops: :class:`CallRaised`; an exception anywhere else is a harness error);
+* ``path_taken``       — ``last_path`` (reset to None before the call) is ``expected_path(x, w)``;
+  ``extra``: ``path``, ``expected``, ``reason`` (non-empty for a legitimate fallback);
+* ``result_contract``  — bf16, (ceil(M/W), N), on the implementation's device, contiguous;
+* ``returns_out``      — with ``out=``: the result is ``out``;
+* ``fresh_result``     — without ``out=``: no storage shared with ``state_tensors()`` or a held result;
+* ``fresh_padding_zero`` — without ``out=``: padding rows are +0.0 (not inside a graph capture: no values yet).
+
+Results of eager calls are held with a copy taken on return; :meth:`CaseCalls.finish` checks at the end
+of the case that each still has those bits (``earlier_results_unchanged``). A result that broke the
+result contract is replaced, for the family's value checks, by a conforming stand-in (bf16 (S, N) on the
+device, the overlapping part of the result copied, NaN elsewhere): the case has already failed, and every
+rank keeps the same collective schedule instead of crashing or hanging on a wrong-shaped tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernel.checks import shard_rows, valid_rows
+from properties import (
+    call_raised,
+    fresh_padding_zero,
+    fresh_result,
+    path_taken,
+    result_contract,
+    results_unchanged,
+    returns_out,
+)
+from properties.result import CheckResult
+
+
+class CallRaised(Exception):
+    """A valid call of the implementation raised; recorded as a failed ``call_raised`` check."""
+
+
+class CaseCalls:
+    """The calls of one case on one rank: their checks and the results the caller holds."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.checks: list[CheckResult] = []
+        self._held: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (label, result, copy on return)
+
+    def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True):
+        """``impl(x, w, out=out)`` with the per-call checks. ``captured``: inside a CUDA-graph capture
+        (metadata checks only; nothing held). ``hold``: keep the result for ``earlier_results_unchanged``
+        (False for a throwaway instance's result, which the case does not keep as the caller's)."""
+        r, W = self.rank, self.world_size
+        M = int(x.shape[0])
+        S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
+        expected, reason = impl.expected_path(x, w)
+        impl.last_path = None
+        try:
+            y = impl(x, w, out=out)
+        except Exception as exc:
+            self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
+            raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
+        contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)
+        checks = [path_taken(impl.last_path, expected, reason, rank=r), contract]
+        if out is not None:
+            checks.append(returns_out(y, out, rank=r))
+        elif isinstance(y, torch.Tensor):
+            others = {f"state tensor '{k}'": t for k, t in impl.state_tensors().items()}
+            others.update({f"the result of {label}": t for label, t, _ in self._held})
+            checks.append(fresh_result(y, others, rank=r))
+            if contract.passed and not captured:
+                checks.append(fresh_padding_zero(y, n_valid, rank=r, row_offset=r * S))
+        for c in checks:
+            self._record(c, tag, M)
+        if not contract.passed:
+            return conformed(y, (S, impl.N), impl.device)
+        if hold and not captured:
+            self._held.append((f"{tag} (M={M})", y, y.detach().clone()))
+        return y
+
+    def finish(self) -> list[CheckResult]:
+        """``earlier_results_unchanged`` over every result held (none held: no check), then let them go."""
+        if not self._held:
+            return []
+        res = results_unchanged(self._held, rank=self.rank)
+        res.extra.setdefault("call", "end of case")
+        self._held.clear()
+        return [res]
+
+    def _record(self, check: CheckResult, tag: str, M: int) -> None:
+        check.extra.setdefault("call", tag)
+        check.extra.setdefault("M", M)
+        self.checks.append(check)
+
+
+def conformed(y, shape: tuple[int, int], device) -> torch.Tensor:
+    """A bf16 ``shape`` tensor on ``device`` holding the part of ``y`` that overlaps it, NaN elsewhere."""
+    stand_in = torch.full(shape, float("nan"), dtype=torch.bfloat16, device=device)
+    if isinstance(y, torch.Tensor) and y.dim() == 2 and y.device.type != "meta":
+        rows, cols = min(shape[0], y.shape[0]), min(shape[1], y.shape[1])
+        stand_in[:rows, :cols] = y[:rows, :cols].to(device=device, dtype=torch.bfloat16)
+    return stand_in

@@ -1,0 +1,36 @@
+"""The capacity family: an out-of-range M (``bad``: a key of :data:`fuzz.bad_calls.CAPACITY_CALLS` —
+"zero", "over", "huge") is rejected with CapacityError before any work and changes nothing, out's guard
+rows included (``capacity_rejected``); then a valid call on the same instance still passes every
+per-call property (the instance works after a rejected call)."""
+
+from __future__ import annotations
+
+from kernel.checks import shard_rows
+from properties import Guarded, sentinel_like, skipped
+from properties.result import CheckResult
+
+from ..bad_calls import CAPACITY_CALLS, GoodCall
+from ..case import Case
+from .bad_call import reject
+from .context import RankContext, aligned_if_waived, waiver
+from .verified import verified_call
+
+
+def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    r, W = ctx.rank, ctx.world_size
+    entry = CAPACITY_CALLS.get(case.bad)
+    if entry is None:
+        raise ValueError(f"unknown capacity case {case.bad!r}: one of {sorted(CAPACITY_CALLS)}")
+    reason = waiver(impl, "capacity_check")
+    if reason:
+        return [skipped("capacity_rejected", f"waived by the implementation: {reason}", rank=r)]
+    guarded = Guarded(shard_rows(case.max_M, W), case.N, device=ctx.device)
+    guarded.payload.copy_(sentinel_like(guarded.payload.shape, device=ctx.device))
+    M_good = aligned_if_waived(impl, case.ms[0], W, case.max_M)
+    good = GoodCall(ctx.x(case, case.seed, M_good), ctx.w(case, case.seed), guarded.payload, case.max_M,
+                    aligned_if_waived(impl, case.max_M + 1, W))
+    res = reject(ctx, impl, entry, good, name="capacity_rejected", watched={"out (with guards)": guarded.buffer})
+    res.extra["bad"] = case.bad
+    ctx.barrier()  # nobody's next call may touch a peer's state before that peer compared it
+    after, _, _ = verified_call(ctx, impl, case, M_good, case.seed + 1, tag="after_reject", late=False)
+    return [res, *after]

@@ -1,0 +1,80 @@
+"""The compute family: for each M of ``case.ms`` in order, on one long-lived instance, a verified call
+(:func:`fuzz.families.verified.verified_call`: properties 1-6), then 7 repeatable (``repeat`` calls at
+ms[0]), 8 fresh_per_call (each result == a fresh instance's first call at that M) and 9
+inputs_changed_in_place (see :func:`inputs_changed_in_place`). An M the implementation waives
+(``unaligned_m``) is a per-example skip."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel.checks import shard_rows, valid_rows
+from properties import bitwise_equal, fresh_per_call, repeatable, sentinel_like, skipped, within_tolerance
+from properties.result import CheckResult
+
+from ..case import Case
+from .context import RankContext, close_impl, waiver
+from .verified import verified_call
+
+INPLACE_SEED_OFFSET = 1_000_003  # inputs written in place: a seed no call of a case uses
+
+
+def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    r = ctx.rank
+    checks: list[CheckResult] = []
+    sequence = []
+    unaligned_waived = waiver(impl, "unaligned_m")
+    for i, (M, kind) in enumerate(zip(case.ms, case.call_kinds())):
+        seed = case.seed + i
+        if unaligned_waived and M % ctx.world_size:
+            checks.append(skipped("unaligned_m", f"M={M} is not a multiple of W={ctx.world_size}; waived by the "
+                                  f"implementation: {unaligned_waived}", rank=r, per_example=True))
+            continue
+        call_checks, y, (x, w, S, n_valid, row0) = verified_call(ctx, impl, case, M, seed, tag=f"call{i}",
+                                                                 late=True, kind=kind)
+        checks += call_checks
+        if i == 0 and case.repeat > 1:
+            outs = [y]
+            for j in range(1, case.repeat):
+                o = sentinel_like((S, case.N), device=ctx.device) if case.out == "guarded" else None
+                outs.append(ctx.call(impl, x, w, o, tag=f"call0.repeat{j}").clone())
+            ctx.sync()
+            checks.append(repeatable(outs, n_valid, rank=r, row_offset=row0))
+        if len(case.ms) > 1:
+            fresh = ctx.fresh_impl(case)
+            try:
+                o = sentinel_like((S, case.N), device=ctx.device) if case.out == "guarded" else None
+                yf = ctx.call(fresh, x, w, o, tag=f"call{i}.fresh_instance", hold=False).clone()
+                ctx.sync()
+            finally:
+                close_impl(fresh)
+            sequence.append((M, y, yf, n_valid, row0))
+        if i == 0:
+            checks.append(inputs_changed_in_place(ctx, impl, case, x, w, M, seed + INPLACE_SEED_OFFSET, kind))
+    if sequence:
+        checks.append(fresh_per_call(sequence, rank=r))
+    return checks
+
+
+def inputs_changed_in_place(ctx: RankContext, impl, case: Case, x, w, M: int, seed: int, kind: str) -> CheckResult:
+    """Property 9: the same x and w tensors (same data pointers, same shapes) get new values in place,
+    then one more call; its result must follow the new values (an implementation that stages inputs or
+    caches results keyed by pointer — host state a graph replay would not reproduce — fails)."""
+    r, W = ctx.rank, ctx.world_size
+    n_valid, row0 = valid_rows(M, W, r), r * shard_rows(M, W)
+    x.copy_(ctx.x(case, seed, M, kind))
+    w.copy_(ctx.w(case, seed, kind))
+    out = sentinel_like((shard_rows(M, W), case.N), device=ctx.device) if case.out == "guarded" else None
+    y = ctx.call(impl, x, w, out, tag="inplace")
+    ctx.sync()
+    truth = ctx.truth(case, seed, M, kind)
+    name = "inputs_changed_in_place"
+    if kind == "exact":
+        res = bitwise_equal(y, truth.y[:n_valid].to(torch.bfloat16), n_valid, rank=r, row_offset=row0, name=name)
+    else:
+        res = within_tolerance(y, truth, rank=r, name=name)
+    if not res.passed:
+        res.detail = (res.detail + "; " if res.detail else "") + (
+            "after new values were written into the same x and w tensors, the result did not follow them")
+    res.extra.update(call="inplace", M=M, kind=kind)
+    return res

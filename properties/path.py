@@ -1,0 +1,44 @@
+"""Path accountability (CONTRACT.md, "Path"): a verdict on an implementation is a verdict on its own path.
+
+* ``main_path_available`` — the host can build the implementation's main path at all
+  (``impl.main_path_support()``). When it cannot, every case fails with the reason: a gate that ran only
+  a fallback has not gated the implementation.
+* ``path_taken`` — the path a call ran (``impl.last_path``, reset before the call) is the one the contract
+  has serve it (``impl.expected_path(x, w)``): the main path where ``can_run`` says yes, else the declared
+  fallback with ``can_run``'s reason. A call that reports nothing, or another path, is a silent fallback
+  (or a lie) and fails; a legitimate fallback passes and carries its reason.
+"""
+
+from __future__ import annotations
+
+from .result import CheckResult
+
+
+def main_path_available(support, *, main_path: str | None, rank=None, name="main_path_available") -> CheckResult:
+    """``support``: the Eligibility ``impl.main_path_support()`` returned (truthy, ``.reason`` when not)."""
+    if support:
+        return CheckResult(name=name, passed=True, rank=rank, detail=f"main path {main_path!r} can be built here",
+                           extra={"path": main_path})
+    reason = getattr(support, "reason", "") or "main_path_support() gave no reason"
+    return CheckResult(name=name, passed=False, rank=rank, extra={"path": main_path, "reason": reason},
+                       detail=f"the main path {main_path!r} cannot be built on this host: {reason}; no case of "
+                              f"this implementation can pass here (its own path would never run)")
+
+
+def path_taken(path: str | None, expected: str | None, reason: str, *, rank=None, name="path_taken") -> CheckResult:
+    """``path``: what the call reported in ``last_path`` (None: nothing); ``expected``, ``reason``: what
+    ``expected_path`` said before the call (reason empty for the main path)."""
+    extra = {"path": path, "expected": expected, "reason": reason}
+    if expected is None:
+        detail = f"no path serves this call (can_run: {reason}; no fallback declared), yet it ran {path!r}"
+        return CheckResult(name=name, passed=False, rank=rank, detail=detail, extra=extra)
+    if path is None:
+        return CheckResult(name=name, passed=False, rank=rank, extra=extra,
+                           detail=f"the call did not report its path (last_path is None); expected {expected!r}")
+    if path != expected:
+        why = f" (can_run: {reason})" if reason else " (can_run says the main path serves it)"
+        return CheckResult(name=name, passed=False, rank=rank, extra=extra,
+                           detail=f"the call ran path {path!r}, the contract has {expected!r} serve it{why}: "
+                                  f"a silent fallback gates another implementation than the one named")
+    detail = f"ran {path!r}" + (f" (legitimate fallback: {reason})" if reason else "")
+    return CheckResult(name=name, passed=True, rank=rank, detail=detail, extra=extra)

@@ -1,0 +1,114 @@
+"""What a call returns (CONTRACT.md, "Result"), checked on every call, metadata first:
+
+* ``result_contract``   — a torch.Tensor, bf16, shape (ceil(M/W), N), on the implementation's device,
+  contiguous;
+* ``returns_out``       — with ``out=``, the returned tensor is ``out`` (same data pointer, shape, strides);
+* ``fresh_result``      — without ``out=``, it shares no storage (byte ranges of the untyped storages) with
+  the implementation's state tensors (workspaces, flags) nor with any earlier result the caller holds;
+* ``fresh_padding_zero`` — without ``out=``, its padding rows (``r*S + i >= M``) hold +0.0, bit for bit,
+  as the oracle's do;
+* ``earlier_results_unchanged`` — at the end of a case every result the caller still holds has the bits it
+  had when it was returned: a later call must not change what the caller holds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .exact import bitwise_equal
+from .padding import padded_rows_untouched
+from .rejection import same_bits
+from .result import CheckResult
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index == b.index or a.index is None or b.index is None)
+
+
+def result_contract(y, *, shape: tuple[int, int], device: torch.device, rank=None,
+                    name="result_contract") -> CheckResult:
+    """``shape``: (ceil(M/W), N); ``device``: the implementation's device."""
+    if not isinstance(y, torch.Tensor):
+        problems = [f"returned a {type(y).__name__}, not a torch.Tensor"]
+    else:
+        problems = []
+        if y.dtype != torch.bfloat16:
+            problems.append(f"dtype {y.dtype}, expected torch.bfloat16")
+        if tuple(y.shape) != tuple(shape):
+            problems.append(f"shape {tuple(y.shape)}, expected (ceil(M/W), N) = {tuple(shape)}")
+        if not _same_device(y.device, torch.device(device)):
+            problems.append(f"on {y.device}, the implementation runs on {device}")
+        if not y.is_contiguous():
+            problems.append(f"not contiguous (strides {y.stride()})")
+    return CheckResult(name=name, passed=not problems, rank=rank, total=4, n_wrong=len(problems),
+                       detail="; ".join(problems) if problems else f"bf16 {tuple(shape)} contiguous on {device}")
+
+
+def returns_out(y, out: torch.Tensor, *, rank=None, name="returns_out") -> CheckResult:
+    """With ``out=`` the call returns ``out`` itself (a caller that keeps ``out`` reads the result there)."""
+    same = (isinstance(y, torch.Tensor) and y.data_ptr() == out.data_ptr() and tuple(y.shape) == tuple(out.shape)
+            and y.stride() == out.stride() and y.dtype == out.dtype and y.device == out.device)
+    if same:
+        return CheckResult(name=name, passed=True, rank=rank, detail="returned the out= tensor")
+    if isinstance(y, torch.Tensor):
+        got = f"data_ptr {y.data_ptr():#x} shape {tuple(y.shape)} strides {y.stride()}"
+    else:
+        got = type(y).__name__
+    return CheckResult(name=name, passed=False, rank=rank,
+                       detail=f"the returned tensor is not the out= tensor: got {got}, out has data_ptr "
+                              f"{out.data_ptr():#x} shape {tuple(out.shape)} strides {out.stride()}")
+
+
+def storage_span(t: torch.Tensor) -> tuple[torch.device, int, int]:
+    """(device, first byte, one past the last byte) of the whole storage behind ``t`` (not only the view)."""
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return t.device, start, start + storage.nbytes()
+
+
+def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the storages behind ``a`` and ``b`` overlap in memory (views of one buffer do)."""
+    da, a0, a1 = storage_span(a)
+    db, b0, b1 = storage_span(b)
+    if da != db or da.type == "meta" or a0 == a1 or b0 == b1:
+        return False
+    return a0 < b1 and b0 < a1
+
+
+def fresh_result(y: torch.Tensor, held: dict[str, torch.Tensor], *, rank=None, name="fresh_result") -> CheckResult:
+    """``held``: label -> tensor the result must not share storage with (the implementation's state
+    tensors, earlier results of the case)."""
+    shared = [label for label, t in held.items() if isinstance(t, torch.Tensor) and shares_storage(y, t)]
+    if shared:
+        return CheckResult(name=name, passed=False, rank=rank, total=len(held), n_wrong=len(shared),
+                           detail=f"the result (out=None) shares storage with {', '.join(shared)}: a later call "
+                                  f"(or the implementation itself) changes what the caller holds")
+    return CheckResult(name=name, passed=True, rank=rank, total=len(held),
+                       detail=f"own storage (checked against {len(held)} tensors)")
+
+
+def fresh_padding_zero(y: torch.Tensor, n_valid: int, *, rank=None, row_offset=0,
+                       name="fresh_padding_zero") -> CheckResult:
+    """Rows ``n_valid:`` of a fresh result (out=None) are +0.0, bit for bit (the oracle's padding rows)."""
+    res = padded_rows_untouched(y, torch.zeros_like(y), n_valid, rank=rank, row_offset=row_offset, name=name)
+    if not res.passed:
+        res.detail = "a fresh result's padding rows must hold +0.0 bit for bit, as the oracle's do"
+    return res
+
+
+def results_unchanged(held: list[tuple[str, torch.Tensor, torch.Tensor]], *, rank=None,
+                      name="earlier_results_unchanged") -> CheckResult:
+    """``held``: (label, result as the caller holds it, copy taken when it was returned). Every result
+    still has its bits (all rows, padding included). Reports the first one that changed."""
+    changed = [(label, now, then) for label, now, then in held if not same_bits(now, then)]
+    if not changed:
+        return CheckResult(name=name, passed=True, rank=rank, total=len(held),
+                           detail=f"{len(held)} results the caller holds kept their bits")
+    _, now, then = changed[0]
+    first = bitwise_equal(now, then, now.shape[0], rank=rank, name=name)  # locates the first change
+    first.passed = False
+    labels = [label for label, _, _ in changed]
+    first.extra["changed"] = labels
+    first.detail = (f"{len(changed)} of {len(held)} results changed after they were returned: {', '.join(labels)} "
+                    f"(the first shown): a later call wrote into memory the caller holds")
+    return first

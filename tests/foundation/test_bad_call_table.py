@@ -1,0 +1,81 @@
+"""The bad-call table (fuzz/bad_calls.py), in process on one CPU rank: it has every class the contract
+names; each entry is rejected by our implementations (unfused, and the fused wrapper's checks) with its
+typed error and nothing changed — through the gate's own helper, ``fuzz.families.bad_call.reject``; an
+implementation that accepts one fails exactly that entry; the good call it is made from is accepted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fuzz.bad_calls import BAD_CALLS, CAPACITY_CALLS, GoodCall
+from fuzz.case import CAPACITY_BADS
+from fuzz.families import RankContext
+from fuzz.families.bad_call import reject
+from kernel.fused import FusedGemmRs
+from kernel.unfused import UnfusedGemmRs
+from mutants.catalogue import NonContiguousXHandled, OutOverlappingWAccepted
+from oracle import make_w, make_x
+from properties import sentinel_like
+
+#: every class the unit tests and the gate had before the table (issue 13, item 6), by name
+REQUIRED = {
+    "x_dtype", "w_dtype", "out_dtype", "x_1d", "x_3d", "w_3d", "w_rows", "w_cols", "k_mismatch", "w_transposed",
+    "w_mT", "out_rows", "out_cols", "out_1d", "x_device", "w_device", "out_device", "x_noncontiguous",
+    "w_noncontiguous", "out_noncontiguous", "x_misaligned", "w_misaligned", "out_misaligned", "out_overlaps_x",
+    "out_overlaps_w",
+}
+MAX_M = 64
+
+
+def _good(M, N, K, with_out=True):
+    x, w = make_x(1, 0, M, K, 1, "gaussian"), make_w(1, 0, N, K, 1, "gaussian")
+    return GoodCall(x, w, sentinel_like((M, N)) if with_out else None, MAX_M, MAX_M + 1)
+
+
+def _reject(impl_cls, entry, good, **kw):
+    ctx = RankContext(impl_cls, rank=0, world_size=1, device=torch.device("cpu"))
+    impl = impl_cls(max_M=MAX_M, N=good.N, K=good.K, device="cpu")
+    return reject(ctx, impl, entry, good, name="bad_call_rejected", **kw)
+
+
+def test_the_table_has_every_class_and_the_capacity_cases():
+    assert REQUIRED <= set(BAD_CALLS)
+    assert tuple(CAPACITY_CALLS) == CAPACITY_BADS
+    for entry in (*BAD_CALLS.values(), *CAPACITY_CALLS.values()):
+        assert entry.expected and all(issubclass(e, ValueError) for e in entry.expected), entry.name
+        assert entry.what, entry.name
+
+
+@pytest.mark.parametrize("impl_cls", [UnfusedGemmRs, FusedGemmRs])
+@pytest.mark.parametrize("M, N, K", [(5, 64, 128), (8, 64, 64)])  # N != K, and N == K (w.t() has w's shape)
+def test_every_bad_call_is_rejected_cleanly_by_our_implementations(impl_cls, M, N, K):
+    good = _good(M, N, K)
+    impl = impl_cls(max_M=MAX_M, N=N, K=K, device="cpu")
+    assert impl(good.x, good.w, out=good.out) is good.out  # the good call itself is fine
+    failures = [res.render() for entry in (*BAD_CALLS.values(), *CAPACITY_CALLS.values())
+                for res in [_reject(impl_cls, entry, good)] if not res.passed]
+    assert not failures, "\n".join(failures)
+
+
+def test_an_implementation_accepting_one_class_fails_exactly_that_entry():
+    good = _good(5, 64, 128)
+    failed = [name for name, entry in BAD_CALLS.items()
+              if not _reject(OutOverlappingWAccepted, entry, good).passed]
+    assert failed == ["out_overlaps_w"]
+    res = _reject(OutOverlappingWAccepted, BAD_CALLS["out_overlaps_w"], good)
+    assert "call was accepted; expected LayoutError" in res.detail and "w" in res.detail.split("changed: ")[1]
+
+
+def test_an_accepted_same_values_call_is_judged():
+    good = _good(5, 64, 128)
+    verdicts = []
+    res = _reject(NonContiguousXHandled, BAD_CALLS["x_noncontiguous"], good,
+                  judge=lambda y: verdicts.append(y) or (True, ""))
+    assert not res.passed and res.extra["accepted_result_correct"] is True and len(verdicts) == 1
+    assert "its result is right" in res.detail
+
+
+def test_entries_needing_out_are_marked():
+    for name, entry in BAD_CALLS.items():
+        assert entry.needs_out == name.startswith("out_"), name
