@@ -29,6 +29,12 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
           9 inputs_changed_in_place (after the calls at ms[0]: new values written into the same x and w
                               tensors, one more call: within tolerance of the new truth, bitwise in
                               exact mode — a result or staging keyed by data pointer shows here)
+         10 no_systematic_bias (each call's shard: the mean signed error and the mean error along the sign
+                              of the truth are consistent with round-to-nearest; skipped with the reason
+                              where nothing is rounded or too few elements are, docs/NUMERICS.md)
+         11 batch_invariant   (``batch_m``: the tokens of the call at ms[0] placed at other rows of a call
+                              at batch_m, among other tokens, each in its owner's shard: the same bits;
+                              waivable on non-exact inputs, clause ``batch_invariant``)
           also oracle_exact (exact mode: the oracle == the fp64 truth rounded to bf16).
           ``late_rank`` sleeps ``delay_ms`` before its calls (skew changes nothing but time).
 capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with CapacityError before any
@@ -73,6 +79,7 @@ class Case:
     delay_ms: int = 0
     bad: str | None = None
     kinds: list[str] | None = None  # input kind of each call of ms (compute); None: ``kind`` for all
+    batch_m: int | None = None      # compute: M of the batch-invariance call (None: no such call)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

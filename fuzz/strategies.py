@@ -68,8 +68,10 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     # 100 ms: above any natural jitter of a loaded host, so a skew-dependent bug shows for sure
     delay_ms = draw(st.sampled_from([0, 5, 30, 100])) if late_rank is not None else 0
     seed = draw(st.integers(0, 2**31 - 1))
+    # drawn last: the draws above (and so the examples a derandomized run makes of them) stay as they were
+    batch_m = draw(m_values(world_size, max_M))
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds)
+                kinds=kinds, batch_m=batch_m)
 
 
 @st.composite

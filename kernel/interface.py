@@ -50,6 +50,7 @@ CLAUSES = (
     "unaligned_m",      # any M in 1..max_M, not only multiples of W or of a tile
     "capacity_check",   # rejects M > max_M / M <= 0 with a ValueError subclass before any work
     "typed_errors",     # rejects bad calls with this suite's typed errors (kernel/errors.py), not any exception
+    "batch_invariant",  # a token row's bits depend on neither M nor its row (non-exact inputs; exact: never waived)
 )
 
 

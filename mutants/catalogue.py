@@ -632,6 +632,11 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("ShortResult", (2,), ("result_contract",)),
     MutantSpec("ResultAliasesWorkspace", (2,), ("fresh_result", "earlier_results_unchanged")),
     MutantSpec("OutOverlappingWAccepted", (2,), ("bad_call_rejected",)),
+    # numerics (issue 15): inside the tolerance and bitwise right on exact inputs
+    MutantSpec("BiasedRounding", (2,), ("no_systematic_bias",)),
+    MutantSpec("BiasedRoundingHalfAway", (2,), ("no_systematic_bias",)),
+    MutantSpec("ScaleError", (2,), ("no_systematic_bias",)),
+    MutantSpec("PositionDependentRow", (2,), ("batch_invariant",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

@@ -68,6 +68,14 @@ class RankContext:
         return seeded_shard_truth(seed, kind or case.kind, self.rank, M, case.N, case.K, self.world_size,
                                   device=dev)
 
+    def rounding_model(self, case: Case, seed: int, M: int, kind: str | None = None):
+        """What :func:`properties.bias.no_systematic_bias` needs for this rank's shard of a call at M."""
+        from properties.bias import seeded_rounding_model
+
+        dev = self.device if self.device.type == "cuda" else "cpu"
+        return seeded_rounding_model(seed, kind or case.kind, self.rank, M, case.N, case.K, self.world_size,
+                                     device=dev)
+
     # synchronisation ----------------------------------------------------------------------------
     def sync(self) -> None:
         if self.device.type == "cuda":

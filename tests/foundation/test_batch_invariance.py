@@ -152,3 +152,18 @@ def test_owner_dependent_reduction_order_fails_only_across_owners(kind):
         assert across.passed, across.render()
     else:
         assert not across.passed and across.extra["tokens_differing"] >= 1, across.render()
+
+
+def test_unfused_waives_batch_invariance_only_where_measured():
+    from kernel.interface import CLAUSES
+    from kernel.unfused import CPU_MM_BATCH_INVARIANT_MAX_K, batch_variance
+
+    assert "batch_invariant" in CLAUSES
+    cpu = torch.device("cpu")
+    assert batch_variance(cpu, CPU_MM_BATCH_INVARIANT_MAX_K) is None
+    assert "K=1088" in batch_variance(cpu, 1088)
+    assert "cuBLAS" in batch_variance(torch.device("cuda", 0), 64)
+    waived = UnfusedGemmRs(max_M=8, N=8, K=CPU_MM_BATCH_INVARIANT_MAX_K + 1).waived_clauses
+    assert "K=1025" in waived["batch_invariant"]
+    assert "batch_invariant" not in UnfusedGemmRs(max_M=8, N=8, K=64).waived_clauses
+    assert "batch_invariant" not in UnfusedGemmRs.waived_clauses  # a mutant inherits no blanket waiver
