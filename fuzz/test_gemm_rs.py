@@ -16,9 +16,18 @@ from hypothesis import strategies as st
 
 from fuzz.gate import check_case
 from fuzz.settings import examples
-from fuzz.strategies import bad_call_cases, capacity_cases, compute_cases, graph_cases
+from fuzz.strategies import bad_call_cases, capacity_cases, compute_cases, declared_support, graph_cases
 
 pytestmark = pytest.mark.multiproc
+
+
+def _where(pool) -> tuple[int, str]:
+    return pool.spec.world_size, pool.spec.topology
+
+
+def _supports(pool):
+    """The shapes the implementation under test declares (kernel.interface: ``supports(N, K)``)."""
+    return declared_support(pool.spec.impl)
 
 
 @settings(max_examples=examples("test_compute"))
@@ -26,7 +35,7 @@ pytestmark = pytest.mark.multiproc
 def test_compute(pool, data):
     """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew; on every
     call the path taken and the result contract (dtype, shape, device, out= or a fresh result)."""
-    case = data.draw(compute_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(compute_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -34,7 +43,7 @@ def test_compute(pool, data):
 @given(data=st.data())
 def test_capacity(pool, data):
     """Out-of-range M rejected with CapacityError before any work, nothing changed, instance still works."""
-    case = data.draw(capacity_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(capacity_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -42,7 +51,7 @@ def test_capacity(pool, data):
 @given(data=st.data())
 def test_bad_call(pool, data):
     """Wrong dtype/shape/stride/device/alignment rejected with its typed error, nothing changed."""
-    case = data.draw(bad_call_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(bad_call_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -52,7 +61,7 @@ def test_graph_replay(pool, data):
     """CUDA graph captured once, replayed with inputs changed in place and out poisoned before each replay."""
     if pool.spec.topology == "cpu":
         pytest.skip("CUDA graphs need a GPU topology (cpu topology gates the unfused path on gloo)")
-    case = data.draw(graph_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(graph_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -63,7 +72,7 @@ def test_capacity_under_python_O(gate, pool_factory, data):
     sys.flags.optimize, so this proves the checks survive -O."""
     impl, topology, world_size = gate
     pool = pool_factory(impl, topology, world_size, optimize=1)
-    case = data.draw(capacity_cases(world_size, topology), label="case")
+    case = data.draw(capacity_cases(world_size, topology, supports=declared_support(impl)), label="case")
     check_case(pool, case)
     reported = {rank: hello.get("optimize") for rank, hello in pool.hello.items()}
     assert sorted(reported) == list(range(world_size)), f"ranks {sorted(reported)} reported their optimize level"

@@ -637,6 +637,9 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("BiasedRoundingHalfAway", (2,), ("no_systematic_bias",)),
     MutantSpec("ScaleError", (2,), ("no_systematic_bias",)),
     MutantSpec("PositionDependentRow", (2,), ("batch_invariant",)),
+    # shapes (issue 15): tails drawn where supports(N, K) says yes
+    MutantSpec("KTailNeverLoaded", (2,), ("within_tolerance", "bitwise_equal")),
+    MutantSpec("NTailNotReduced", (2,), ("within_tolerance", "bitwise_equal")),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
@@ -828,4 +831,42 @@ class PositionDependentRow(UnfusedGemmRs):
         tail_rows = range(max(tail0 - r0, 0), n_valid)
         if len(tail_rows):
             y[tail_rows.start : tail_rows.stop].copy_(shard[tail_rows.start : tail_rows.stop].to(torch.bfloat16))
+        return y
+
+
+# --- shape mutants (issue 15): tails the gate draws from supports(N, K) ----------------------------------------
+
+
+class KTailNeverLoaded(UnfusedGemmRs):
+    """K tail never loaded: the mainloop runs ``K // 64`` full K tiles and the last ``K % 64`` columns of x and
+    w never reach the accumulator (a k-tile count rounded down, a TMA box whose partial last tile is dropped
+    instead of zero-filled: ROCm/iris#21, flashinfer-ai/flashinfer#4358 class). Shapes with K % 64 == 0 — all
+    the gate drew before issue 15 — are exact."""
+
+    name = "mutant-k-tail-never-loaded"
+    K_TILE = 64
+
+    def _run(self, x, w, out, M):
+        k_full = self.K - self.K % self.K_TILE
+        if k_full != self.K:
+            x = x.clone()
+            x[:, k_full:] = 0  # the tail's products never summed (an allocation per call: a mutant may)
+        return super()._run(x, w, out, M)
+
+
+class NTailNotReduced(UnfusedGemmRs):
+    """N tail not reduced: the epilogue's cross-rank sum walks full 256-wide N tiles, so the last ``N % 256``
+    columns keep this rank's own partial instead of the sum over ranks (a tile loop bound rounded down in
+    the reduce-scatter only: tenstorrent/tt-metal#25212 class). Invisible at W = 1 and for N % 256 == 0."""
+
+    name = "mutant-n-tail-not-reduced"
+    N_TILE = 256
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        n_full = self.N - self.N % self.N_TILE
+        n_valid = self.valid_rows(M)
+        if n_full != self.N and self.world_size > 1 and n_valid:
+            r0 = self.rank * self.shard_rows(M)
+            y[:n_valid, n_full:] = torch.mm(x[r0 : r0 + n_valid], w[n_full:].t())
         return y
