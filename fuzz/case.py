@@ -37,11 +37,17 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
                               waivable on non-exact inputs, clause ``batch_invariant``)
           also oracle_exact (exact mode: the oracle == the fp64 truth rounded to bf16).
           ``late_rank`` sleeps ``delay_ms`` before its calls (skew changes nothing but time).
+          ``offset`` > 0: x and w are views at that storage offset (16-byte aligned) into a larger buffer whose
+          head holds other values — valid operands, computed right (a kernel given the storage's base pointer
+          instead of data_ptr() reads the head).
 capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with CapacityError before any
           work and changes nothing (capacity_rejected), then a valid call still passes 1-6.
 bad_call  an invalid call from the bad-call table (fuzz/bad_calls.py; ``bad``: one of its names, or "all"
           for every one in turn on the same instance) raises its typed error and changes nothing
           (bad_call_rejected).
+byte_boundary (nightly, GPU) max_M = ms[0] with rows * N * 2 bytes crossing 2^31 and 2^32 (``byte_limits``):
+          rejected with a typed error (byte_boundary_rejected) or computed right on the rows at every boundary
+          (within_tolerance, bitwise_equal; fuzz/families/byte_boundary.py).
 graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
           before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
 """
@@ -80,6 +86,8 @@ class Case:
     bad: str | None = None
     kinds: list[str] | None = None  # input kind of each call of ms (compute); None: ``kind`` for all
     batch_m: int | None = None      # compute: M of the batch-invariance call (None: no such call)
+    offset: int = 0                 # x and w: views starting this many elements (a multiple of 8) into a buffer
+    byte_limits: list[int] | None = None  # byte_boundary: the offsets checked (None: 2^31 and 2^32)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

@@ -42,6 +42,9 @@ SHAPE_SOURCES = {"cpu": ("listed", "tails"), "gpu": ("listed", "tails", "model")
 UNSUPPORTED_ODDS = 3
 #: How far :func:`nearest_supported` looks (N, K) for a supported shape above a drawn one.
 SNAP_WINDOW = (16, 128)
+#: Storage offsets (elements) of the x and w views a compute case passes: 0 (plain tensors) first, then
+#: 16-byte aligned offsets (valid views that must be computed right).
+VIEW_OFFSETS = (0, 8, 4096)
 MAX_M = {"cpu": 8192, "gpu": 8192}
 
 
@@ -142,8 +145,9 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     seed = draw(st.integers(0, 2**31 - 1))
     # drawn last: the draws above (and so the examples a derandomized run makes of them) stay as they were
     batch_m = draw(m_values(world_size, max_M))
+    offset = draw(st.sampled_from(VIEW_OFFSETS))
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds, batch_m=batch_m)
+                kinds=kinds, batch_m=batch_m, offset=offset)
 
 
 @st.composite
@@ -178,9 +182,33 @@ def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None 
     return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], kind, repeat=3)
 
 
+#: byte_boundary cases: hidden sizes whose rows make 2^31 / 2^32 bytes at a few hundred thousand rows; K small
+#: (the boundary is in M * N; K only costs time).
+BYTE_BOUNDARY_N = (8192, 7168)
+BYTE_BOUNDARY_K = 64
+#: How far past the limit the buffer reaches (rows past the boundary row exist and are checked).
+BYTE_BOUNDARY_PAST = 1 << 20
+
+
+@st.composite
+def byte_boundary_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                        supports: Callable[[int, int], Eligibility] | None = None) -> Case:
+    """max_M = M with the all-rank workspace (about M rows of N bf16) crossing 2^32 bytes by 1 MiB (and so
+    2^31); at W = 1 the output too. ``max_M`` is ignored: the size is the point."""
+    supports = supports or all_shapes
+    N, K = draw(st.sampled_from(BYTE_BOUNDARY_N)), BYTE_BOUNDARY_K
+    N, K = (N, K) if supports(N, K) else (nearest_supported(supports, N, K) or (N, K))
+    limit = draw(st.sampled_from((2**31, 2**32)))
+    M = -(-(limit + BYTE_BOUNDARY_PAST) // (2 * N))
+    M += (-M) % world_size
+    kind = draw(st.sampled_from(["exact", "gaussian"]))
+    return Case("byte_boundary", draw(st.integers(0, 2**31 - 1)), N, K, M, [M], kind, out="none", repeat=1)
+
+
 FAMILY_STRATEGIES = {
     "compute": compute_cases,
     "capacity": capacity_cases,
     "bad_call": bad_call_cases,
     "graph": graph_cases,
+    "byte_boundary": byte_boundary_cases,
 }

@@ -78,10 +78,14 @@ class UnfusedGemmRs(GemmRsImplementation):
     def guard_regions(self):
         return {"after workspace": (self._guard.reshape(-1).view(torch.int16), self._guard_expected)}
 
+    def _gemm(self, x, w, partials: torch.Tensor) -> None:
+        """partials (the workspace's first M rows) = x @ w.T, bf16 (torch GEMM, fp32 accumulate)."""
+        torch.mm(x, w.t(), out=partials)
+
     def _run(self, x, w, out, M):
         S = self.shard_rows(M)
         partials = self._partials[: self.world_size * S]
-        torch.mm(x, w.t(), out=partials[:M])
+        self._gemm(x, w, partials[:M])
         partials[M:].zero_()
         shard = self._shard[:S]
         collectives.reduce_scatter(shard, partials, self.group, self._staging)

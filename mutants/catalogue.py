@@ -640,6 +640,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # shapes (issue 15): tails drawn where supports(N, K) says yes
     MutantSpec("KTailNeverLoaded", (2,), ("within_tolerance", "bitwise_equal")),
     MutantSpec("NTailNotReduced", (2,), ("within_tolerance", "bitwise_equal")),
+    MutantSpec("StorageOffsetIgnored", (2,), ("within_tolerance", "bitwise_equal")),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
@@ -870,3 +871,56 @@ class NTailNotReduced(UnfusedGemmRs):
             r0 = self.rank * self.shard_rows(M)
             y[:n_valid, n_full:] = torch.mm(x[r0 : r0 + n_valid], w[n_full:].t())
         return y
+
+
+# --- views (issue 15) -----------------------------------------------------------------------------------------
+
+
+class StorageOffsetIgnored(UnfusedGemmRs):
+    """Storage offset ignored: the wrapper hands the kernel ``x.untyped_storage().data_ptr()`` (the base of
+    the storage) instead of ``x.data_ptr()``, so an aligned view into a larger buffer — a slice of a fused QKV
+    or gate/up activation, a packed batch — is read from the buffer's start. Every plain tensor the gate drew
+    before issue 15 has offset 0 and is computed right."""
+
+    name = "mutant-storage-offset-ignored"
+
+    def _run(self, x, w, out, M):
+        if x.storage_offset():
+            x = torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage(), 0, x.shape, x.stride())
+        return super()._run(x, w, out, M)
+
+
+# --- byte boundaries (issue 15, item 5: nightly, GPU) --------------------------------------------------------
+
+
+class OffsetWraps32(UnfusedGemmRs):
+    """32-bit offset overflow: the GEMM's store offsets into the workspace are held in 32 bits, so the bytes of
+    rows past ``WRAP_BYTES`` (2^31: a signed int offset) land at ``offset mod WRAP_BYTES`` — over the first rows
+    — and the rows past it keep whatever the workspace held (an ``int`` row * ld product, a 32-bit TMA
+    coordinate: the capacity bugs of kernels only ever run below 2 GiB). Emulated at the wrapper level: the
+    product is written segment by segment, each 2^31-byte segment again at offset 0. Below the limit it is the
+    correct implementation; it needs max_M * N * 2 > 2^31 bytes, so only the nightly GPU byte_boundary family
+    reaches it (``GPU_NIGHTLY_CATALOGUE``); tests/foundation/test_byte_boundary.py kills it at a small emulated
+    limit on the CPU."""
+
+    name = "mutant-offset-wraps-32"
+    WRAP_BYTES = 2**31
+
+    def _gemm(self, x, w, partials):
+        wrap = self.WRAP_BYTES // partials.element_size()
+        if partials.numel() <= wrap:
+            return super()._gemm(x, w, partials)
+        product = torch.mm(x, w.t()).reshape(-1)
+        flat = partials.reshape(-1)  # the workspace's first M rows: contiguous, a view
+        for start in range(0, product.numel(), wrap):
+            segment = product[start : start + wrap]
+            flat[: segment.numel()].copy_(segment)
+        return None
+
+
+#: Mutants only the nightly GPU run reaches (not in the CPU kill matrix, where they would survive by
+#: construction): run each with its command in README / the report, e.g.
+#: ``python -m fuzz.repro --impl mutants.catalogue:OffsetWraps32 --topology shared-gpu --world-size 1 --case ...``
+GPU_NIGHTLY_CATALOGUE: tuple[MutantSpec, ...] = (
+    MutantSpec("OffsetWraps32", (1, 2), ("within_tolerance", "bitwise_equal")),
+)

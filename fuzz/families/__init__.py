@@ -20,7 +20,7 @@ from properties import main_path_available, skipped
 from properties.result import CheckResult
 
 from ..case import Case
-from . import bad_call, capacity, compute, graph, support
+from . import bad_call, byte_boundary, capacity, compute, graph, support
 from .calls import CallRaised
 from .context import RankContext, describe_exception, waiver
 
@@ -30,6 +30,7 @@ FAMILIES = {
     "capacity": capacity.run,
     "bad_call": bad_call.run,
     "graph": graph.run,
+    "byte_boundary": byte_boundary.run,
 }
 
 #: out= clauses reported as skipped where the implementation waives out= (the case runs with out=None)
@@ -55,7 +56,11 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     undeclared = shape is not None and not shape
     try:
         impl = ctx.impl(case)
-    except kerr.UnsupportedConfigError as exc:
+    except kerr.GemmRsError as exc:
+        if case.family == "byte_boundary":  # a size it cannot serve, refused with a typed error: clean
+            return [byte_boundary.rejected(exc, case, "construction", rank=ctx.rank)]
+        if not isinstance(exc, kerr.UnsupportedConfigError):
+            raise
         if undeclared:
             return [support.construction_rejected(exc, case, shape.reason, rank=ctx.rank)]
         return [skipped("unsupported_config", f"construction raised {type(exc).__name__}: {exc}", rank=ctx.rank)]

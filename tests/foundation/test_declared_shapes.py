@@ -171,3 +171,49 @@ def test_k_tail_never_loaded_fails_on_a_k_tail():
     failed = {c.name for c in checks if not c.passed and not c.skipped}
     assert "within_tolerance" in failed, [c.render() for c in checks]
     # (NTailNotReduced needs W >= 2: the kill matrix runs it at W = 2 on gloo ranks)
+
+
+# --- views (issue 15, item 2) -------------------------------------------------------------------------------
+
+def test_offset_views_are_aligned_views_into_a_buffer_with_another_head():
+    from fuzz.families.context import OFFSET_HEAD_VALUE, offset_view
+
+    t = torch.randn(5, 24).bfloat16()
+    v = offset_view(t, 4096, CPU)
+    assert v.storage_offset() == 4096 and v.is_contiguous() and v.data_ptr() % 16 == 0 and torch.equal(v, t)
+    assert v.untyped_storage().nbytes() > t.numel() * 2
+    head = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage(), 0, (8,), (1,))
+    assert bool((head == OFFSET_HEAD_VALUE).all())
+    assert offset_view(t, 0, CPU).storage_offset() == 0
+    with pytest.raises(ValueError):
+        offset_view(t, 3, CPU)
+
+
+def test_offset_views_are_computed_right_and_a_kernel_reading_the_base_pointer_fails():
+    from mutants.catalogue import StorageOffsetIgnored
+
+    case = Case("compute", seed=2, N=64, K=64, max_M=256, ms=[40], offset=4096)
+    good = _run(UnfusedGemmRs, case)
+    assert all(c.passed or c.skipped for c in good), [c.render() for c in good if not c.passed]
+    failed = {c.name for c in _run(StorageOffsetIgnored, case) if not c.passed and not c.skipped}
+    assert "within_tolerance" in failed
+    plain = _run(StorageOffsetIgnored, Case("compute", seed=2, N=64, K=64, max_M=256, ms=[40]))
+    assert all(c.passed or c.skipped for c in plain)  # offset 0: nothing to get wrong
+
+
+def test_strided_out_and_expanded_w_are_bad_calls_where_they_are_not_contiguous():
+    from fuzz.bad_calls import BAD_CALLS, GoodCall
+    from fuzz.families.bad_call import reject
+    from properties import sentinel_like
+
+    x, w = torch.randn(5, 64).bfloat16(), torch.randn(64, 64).bfloat16()
+    good = GoodCall(x, w, sentinel_like((5, 64)), 64, 65)
+    ctx = RankContext(UnfusedGemmRs, rank=0, world_size=1, device=CPU)
+    for name in ("out_row_strided", "w_expanded"):
+        entry = BAD_CALLS[name]
+        assert entry.applies(good, 5)
+        res = reject(ctx, UnfusedGemmRs(max_M=64, N=64, K=64), entry, good, name="bad_call_rejected")
+        assert res.passed and res.extra["raised"] == "LayoutError", res.render()
+    assert not BAD_CALLS["out_row_strided"].applies(good, 1)  # one row: contiguous, a valid out
+    one_row = BAD_CALLS["out_row_strided"].build(GoodCall(x[:1], w, sentinel_like((1, 64)), 64, 65), 1)[2]
+    assert one_row.is_contiguous()
