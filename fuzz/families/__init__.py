@@ -33,10 +33,13 @@ FAMILIES = {
     "byte_boundary": byte_boundary.run,
 }
 
+#: Families only nightly GPU runs draw (fuzz/test_gemm_rs.py skips them elsewhere): GiB-sized cases.
+NIGHTLY_ONLY = frozenset({"byte_boundary"})
+
 #: out= clauses reported as skipped where the implementation waives out= (the case runs with out=None)
 OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
 
-__all__ = ["FAMILIES", "RankContext", "describe_exception", "run_case"]
+__all__ = ["FAMILIES", "NIGHTLY_ONLY", "RankContext", "describe_exception", "run_case"]
 
 
 def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
