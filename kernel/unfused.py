@@ -28,10 +28,14 @@ def guard_words(n: int, device) -> torch.Tensor:
 CPU_MM_BATCH_INVARIANT_MAX_K = 1024
 
 
-def batch_variance(device: torch.device, K: int) -> str | None:
-    """Why torch's GEMM does not give a token row the same bits at every M and row (the ``batch_invariant``
-    waiver), or None where it does (measured: CPU, K <= 1024, within a shard). Only where measured: a mutant
-    inherits the waiver, so an unconditional one would hide a position-dependent bug."""
+def batch_variance(device: torch.device, K: int, world_size: int = 1) -> str | None:
+    """Why torch's GEMM and reduce-scatter do not give a token row the same bits at every M and row (the
+    ``batch_invariant`` waiver), or None where they do (measured: CPU, K <= 1024, W <= 2). Only where measured:
+    a mutant inherits the waiver, so an unconditional one would hide a position-dependent bug."""
+    if world_size >= 3:
+        return (f"W={world_size}: the reduce-scatter (gloo, NCCL ring) adds the W partials of an element in an "
+                "order that depends on the buffer's size, so on M (measured: W = 8, M = 9 vs 8, same owner); "
+                "two partials add in either order to the same bits")
     if device.type == "cuda":
         return "cuBLAS picks its kernel (split-K among them) by M: batch invariance is neither measured nor promised"
     if K > CPU_MM_BATCH_INVARIANT_MAX_K:
@@ -66,7 +70,7 @@ class UnfusedGemmRs(GemmRsImplementation):
         if not collectives.is_capturable(group, self.device):
             waived["graph_capture"] = (f"unfused over {collectives.backend_of(group)} on {self.device.type} "
                                        "stages through the host; not capturable")
-        reason = batch_variance(self.device, self.K)
+        reason = batch_variance(self.device, self.K, self.world_size)
         if reason:
             waived["batch_invariant"] = reason
         if waived:

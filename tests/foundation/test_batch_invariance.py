@@ -163,6 +163,7 @@ def test_unfused_waives_batch_invariance_only_where_measured():
     assert batch_variance(cpu, CPU_MM_BATCH_INVARIANT_MAX_K) is None
     assert "K=1088" in batch_variance(cpu, 1088)
     assert "cuBLAS" in batch_variance(torch.device("cuda", 0), 64)
+    assert batch_variance(cpu, 64, 2) is None and "W=3" in batch_variance(cpu, 64, 3)
     waived = UnfusedGemmRs(max_M=8, N=8, K=CPU_MM_BATCH_INVARIANT_MAX_K + 1).waived_clauses
     assert "K=1025" in waived["batch_invariant"]
     assert "batch_invariant" not in UnfusedGemmRs(max_M=8, N=8, K=64).waived_clauses
