@@ -5,12 +5,14 @@ one place is checked in all.
 
 Each entry makes its bad operands from a good call's (:class:`GoodCall`: x (M, K), w (N, K), out (S, N)
 or None, max_M, the device), so a bad call differs from a valid one in exactly the way its name says.
-Entries are applicable to every good call (every M, N, K, W, device).
+Entries are applicable to every good call (every M, N, K, W, device), except where ``applies`` says not (a
+row-strided out of one row is contiguous: a valid out).
 
 :data:`BAD_CALLS` — wrong dtype, rank of tensor, shape, device, layout (non-contiguous, misaligned by
-2 bytes), out overlapping an input. :data:`CAPACITY_CALLS` — M out of 1..max_M. ``same_values``: the
-operands hold the good call's values, only the layout differs — an implementation that accepts one
-violates the contract either way, and the gate also says whether its result was right.
+2 bytes; a row-strided out, a stride-0 expanded w), out overlapping an input. :data:`CAPACITY_CALLS` — M
+out of 1..max_M. ``same_values``: the operands hold the good call's values, only the layout differs — an
+implementation that accepts one violates the contract either way, and the gate also says whether its
+result was right.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class BadCall:
     needs_out: bool = False                    # meaningless without out= (skipped where out= is waived)
     same_values: bool = False                  # operands hold the good call's values, only the layout differs
     watch_x: bool = True                       # x can be copied to compare (not a 2^40-row expanded view)
+    #: whether the entry is a bad call for this good call at all (a (1, N) out is contiguous whatever its row
+    #: stride); where not, the family skips it for this example with the reason
+    applies: Callable[[GoodCall, int], bool] = lambda g, S: True
 
 
 def _elsewhere(t: torch.Tensor) -> torch.Tensor:
@@ -74,6 +79,20 @@ def _strided(t: torch.Tensor) -> torch.Tensor:
     buf = torch.zeros(t.shape[0], 2 * t.shape[1], dtype=t.dtype, device=t.device)
     buf[:, ::2] = t
     return buf[:, ::2]
+
+
+def _row_strided(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a view of the right shape whose rows are 8 elements (16 bytes) apart more than
+    contiguous rows: every row 16-byte aligned, non-contiguous for two rows or more."""
+    buf = torch.zeros(t.shape[0], t.shape[1] + 8, dtype=t.dtype, device=t.device)
+    buf[:, : t.shape[1]] = t
+    return buf[:, : t.shape[1]]
+
+
+def _expanded(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s first row expanded over its rows: stride 0 (one row of memory read N times, as a broadcast
+    weight would be); non-contiguous for two rows or more."""
+    return t[:1].expand(t.shape[0], t.shape[1])
 
 
 def _misaligned(t: torch.Tensor) -> torch.Tensor:
@@ -148,6 +167,12 @@ BAD_CALLS: dict[str, BadCall] = _entries(
             lambda g, S: (g.x, _transposed_buffer(g.w), g.out), same_values=True),
     BadCall("out_noncontiguous", "out non-contiguous (column stride 2)", (LayoutError,),
             lambda g, S: (g.x, g.w, _strided(g.out)), needs_out=True, same_values=True),
+    # layout: views the contract rejects (CONTRACT.md, "Capacity and bad input": strided out, expanded w)
+    BadCall("out_row_strided", "out of the right shape with padded rows (row stride N + 8)", (LayoutError,),
+            lambda g, S: (g.x, g.w, _row_strided(g.out)), needs_out=True, same_values=True,
+            applies=lambda g, S: S >= 2),
+    BadCall("w_expanded", "w a stride-0 view: its first row expanded over N rows", (LayoutError,),
+            lambda g, S: (g.x, _expanded(g.w), g.out), applies=lambda g, S: g.N >= 2),
     # layout: misaligned (2 bytes past a 16-byte boundary)
     BadCall("x_misaligned", "x 2 bytes past a 16-byte boundary", (LayoutError,),
             lambda g, S: (_misaligned(g.x), g.w, g.out), same_values=True),

@@ -29,13 +29,25 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
           9 inputs_changed_in_place (after the calls at ms[0]: new values written into the same x and w
                               tensors, one more call: within tolerance of the new truth, bitwise in
                               exact mode — a result or staging keyed by data pointer shows here)
+         10 no_systematic_bias (each call's shard: the mean signed error and the mean error along the sign
+                              of the truth are consistent with round-to-nearest; skipped with the reason
+                              where nothing is rounded or too few elements are, docs/NUMERICS.md)
+         11 batch_invariant   (``batch_m``: the tokens of the call at ms[0] placed at other rows of a call
+                              at batch_m, among other tokens, each in its owner's shard: the same bits;
+                              waivable on non-exact inputs, clause ``batch_invariant``)
           also oracle_exact (exact mode: the oracle == the fp64 truth rounded to bf16).
           ``late_rank`` sleeps ``delay_ms`` before its calls (skew changes nothing but time).
+          ``offset`` > 0: x and w are views at that storage offset (16-byte aligned) into a larger buffer whose
+          head holds other values — valid operands, computed right (a kernel given the storage's base pointer
+          instead of data_ptr() reads the head).
 capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with CapacityError before any
           work and changes nothing (capacity_rejected), then a valid call still passes 1-6.
 bad_call  an invalid call from the bad-call table (fuzz/bad_calls.py; ``bad``: one of its names, or "all"
           for every one in turn on the same instance) raises its typed error and changes nothing
           (bad_call_rejected).
+byte_boundary (nightly, GPU) max_M = ms[0] with rows * N * 2 bytes crossing 2^31 and 2^32 (``byte_limits``):
+          rejected with a typed error (byte_boundary_rejected) or computed right on the rows at every boundary
+          (within_tolerance, bitwise_equal; fuzz/families/byte_boundary.py).
 graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
           before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
 """
@@ -73,6 +85,9 @@ class Case:
     delay_ms: int = 0
     bad: str | None = None
     kinds: list[str] | None = None  # input kind of each call of ms (compute); None: ``kind`` for all
+    batch_m: int | None = None      # compute: M of the batch-invariance call (None: no such call)
+    offset: int = 0                 # x and w: views starting this many elements (a multiple of 8) into a buffer
+    byte_limits: list[int] | None = None  # byte_boundary: the offsets checked (None: 2^31 and 2^32)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)

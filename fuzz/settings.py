@@ -98,6 +98,7 @@ WEIGHTS = {
     "test_bad_call": 15,
     "test_graph_replay": 8,
     "test_capacity_under_python_O": 6,
+    "test_byte_boundaries": 2,
 }
 
 

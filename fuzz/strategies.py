@@ -9,21 +9,42 @@ BAD_CALLS on one instance) rather than leaving each bad call to chance."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import strategies as st
 
+from kernel.interface import Eligibility
 from oracle.inputs import KINDS
 
 from .bad_calls import BAD_CALLS
 from .case import CAPACITY_BADS, Case
 
-# (N, K) families: down-projection / attention-output shapes (hidden N, per-rank K slice), scaled to the
-# machine. K is a multiple of 64 (the fused kernel's K tile); N includes non-multiples of 128.
+# (N, K) listed: down-projection / attention-output shapes (hidden N, per-rank K slice), scaled to the
+# machine; K a multiple of 64, N including non-multiples of 128. Drawn beside tails and model sizes (shapes()).
 SHAPES = {
     "cpu": [(64, 64), (128, 128), (192, 64), (256, 128), (224, 256)],
     # realistic N (hidden 7168 / 4096) with the per-rank K of TP 4..16; the per-case cost stays seconds,
     # also for the unfused path over gloo on shared-gpu (host-staged)
     "gpu": [(512, 256), (1024, 512), (1536, 704), (4096, 512), (7168, 1024)],
 }
+#: Ranges N and K are drawn from for tails (K % 64 != 0, N % 256 != 0, odd N, N below one 128- or 256-wide
+#: tile), where the implementation supports them. From 2: a (1, K) or (N, 1) tensor is contiguous whatever its
+#: strides, so the bad-call table's layout entries would be valid calls there. CPU: about the listed shapes' cost.
+TAIL_RANGES = {"cpu": ((2, 320), (2, 320)), "gpu": ((2, 2304), (2, 1088))}
+#: Model sizes (GPU topologies only: the unfused path's cost on the CPU): hidden sizes of current models
+#: (gpt-oss 2880, Llama 4096 / 8192, 5120, DeepSeek-V3 7168) with the per-rank K of the output projection
+#: at TP 2..16 (K = hidden // TP).
+MODEL_HIDDEN = (2880, 4096, 5120, 7168, 8192)
+MODEL_TP = (2, 16)
+#: Where a shape is drawn from, simplest first (Hypothesis shrinks toward the first).
+SHAPE_SOURCES = {"cpu": ("listed", "tails"), "gpu": ("listed", "tails", "model")}
+#: An undeclared shape drawn for a compute case is kept (not moved to a supported one) one time in this many.
+UNSUPPORTED_ODDS = 3
+#: How far :func:`nearest_supported` looks (N, K) for a supported shape above a drawn one.
+SNAP_WINDOW = (16, 128)
+#: Storage offsets (elements) of the x and w views a compute case passes: 0 (plain tensors) first, then
+#: 16-byte aligned offsets (valid views that must be computed right).
+VIEW_OFFSETS = (0, 8, 4096)
 MAX_M = {"cpu": 8192, "gpu": 8192}
 
 
@@ -46,14 +67,68 @@ def m_values(world_size: int, max_M: int) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(boundary_ms(world_size, max_M)), st.integers(1, max_M))
 
 
-def shapes(topology: str) -> st.SearchStrategy[tuple[int, int]]:
-    return st.sampled_from(SHAPES[machine(topology)])
+def all_shapes(N: int, K: int) -> Eligibility:
+    """The default declaration: every N, K >= 1 (GemmRsImplementation.supports)."""
+    return Eligibility(N >= 1 and K >= 1, "" if N >= 1 and K >= 1 else f"N={N}, K={K}: both must be >= 1")
+
+
+def declared_support(impl: str) -> Callable[[int, int], Eligibility]:
+    """The ``supports(N, K)`` the implementation ``impl`` (a registry name or ``module:attribute``) declares
+    (kernel.interface.GemmRsImplementation.supports); :func:`all_shapes` for a factory without one."""
+    from kernel.registry import load_implementation
+
+    try:
+        factory = load_implementation(impl)
+    except Exception:  # noqa: BLE001 — the ranks load it too, and report why they cannot (a harness error)
+        return all_shapes
+    return getattr(factory, "supports", all_shapes)
+
+
+def nearest_supported(supports: Callable[[int, int], Eligibility], N: int, K: int) -> tuple[int, int] | None:
+    """The supported (N', K') >= (N, K) nearest to it (K first: the smaller step) within SNAP_WINDOW, or None."""
+    for dk in range(SNAP_WINDOW[1]):
+        for dn in range(SNAP_WINDOW[0]):
+            if supports(N + dn, K + dk):
+                return N + dn, K + dk
+    return None
 
 
 @st.composite
-def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+def shapes(draw, topology: str, supports: Callable[[int, int], Eligibility] | None = None,
+           unsupported: bool = False) -> tuple[int, int]:
+    """(N, K): a listed shape, or N and K drawn from TAIL_RANGES, or (GPU topologies) a model size; a shape the
+    implementation does not support (``supports``) is moved to the nearest one it does, or — with
+    ``unsupported`` — kept one time in UNSUPPORTED_ODDS: such a call must be rejected with a typed error or
+    fall back per can_run (fuzz/families/support.py checks that). Shrinks toward the listed shapes, then
+    small N and K."""
+    m = machine(topology)
+    supports = supports or all_shapes
+    source = draw(st.sampled_from(SHAPE_SOURCES[m]))
+    if source == "listed":
+        N, K = draw(st.sampled_from(SHAPES[m]))
+    elif source == "tails":
+        (n_lo, n_hi), (k_lo, k_hi) = TAIL_RANGES[m]
+        N, K = draw(st.integers(n_lo, n_hi)), draw(st.integers(k_lo, k_hi))
+    else:
+        N = draw(st.sampled_from(MODEL_HIDDEN))
+        K = N // draw(st.integers(*MODEL_TP))
+    if supports(N, K) or (unsupported and draw(st.integers(0, UNSUPPORTED_ODDS - 1)) == UNSUPPORTED_ODDS - 1):
+        return N, K
+    snapped = nearest_supported(supports, N, K)
+    if snapped is None:
+        listed = [s for s in SHAPES[m] if supports(*s)]
+        if not listed:
+            raise ValueError(f"the implementation supports none of the listed shapes {SHAPES[m]} nor any near "
+                             f"({N}, {K}): nothing to gate")
+        return listed[0]
+    return snapped
+
+
+@st.composite
+def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                  supports: Callable[[int, int], Eligibility] | None = None) -> Case:
     max_M = max_M or MAX_M[machine(topology)]
-    N, K = draw(shapes(topology))
+    N, K = draw(shapes(topology, supports, unsupported=True))
     ms = draw(st.lists(m_values(world_size, max_M), min_size=1, max_size=4))
     if len(ms) > 1 and draw(st.booleans()):
         ms.append(ms[0])  # come back to the first M after others: a result kept per shape is stale now
@@ -68,14 +143,18 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     # 100 ms: above any natural jitter of a loaded host, so a skew-dependent bug shows for sure
     delay_ms = draw(st.sampled_from([0, 5, 30, 100])) if late_rank is not None else 0
     seed = draw(st.integers(0, 2**31 - 1))
+    # drawn last: the draws above (and so the examples a derandomized run makes of them) stay as they were
+    batch_m = draw(m_values(world_size, max_M))
+    offset = draw(st.sampled_from(VIEW_OFFSETS))
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds)
+                kinds=kinds, batch_m=batch_m, offset=offset)
 
 
 @st.composite
-def capacity_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+def capacity_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                   supports: Callable[[int, int], Eligibility] | None = None) -> Case:
     max_M = max_M or MAX_M[machine(topology)]
-    N, K = draw(shapes(topology))
+    N, K = draw(shapes(topology, supports))
     bad = draw(st.sampled_from(CAPACITY_BADS))
     m_after = draw(m_values(world_size, min(max_M, 1024)))
     # "over" materialises max_M + 1 rows of x: keep max_M modest for it
@@ -84,21 +163,46 @@ def capacity_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
 
 
 @st.composite
-def bad_call_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+def bad_call_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                   supports: Callable[[int, int], Eligibility] | None = None) -> Case:
     max_M = max_M or MAX_M[machine(topology)]
-    N, K = draw(shapes(topology))
+    N, K = draw(shapes(topology, supports))
     bad = draw(st.sampled_from(["all", *sorted(BAD_CALLS)]))
     m = draw(m_values(world_size, min(max_M, 1024)))
     return Case("bad_call", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], bad=bad)
 
 
 @st.composite
-def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                supports: Callable[[int, int], Eligibility] | None = None) -> Case:
     max_M = max_M or MAX_M[machine(topology)]
-    N, K = draw(shapes(topology))
+    N, K = draw(shapes(topology, supports))
     m = draw(m_values(world_size, max_M))
     kind = draw(st.sampled_from(["gaussian", "exact"]))
     return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], kind, repeat=3)
+
+
+#: byte_boundary cases: hidden sizes whose rows make 2^31 / 2^32 bytes at a few hundred thousand rows; K small
+#: (the boundary is in M * N; K only costs time).
+BYTE_BOUNDARY_N = (8192, 7168)
+BYTE_BOUNDARY_K = 64
+#: How far past the limit the buffer reaches (rows past the boundary row exist and are checked).
+BYTE_BOUNDARY_PAST = 1 << 20
+
+
+@st.composite
+def byte_boundary_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                        supports: Callable[[int, int], Eligibility] | None = None) -> Case:
+    """max_M = M with the all-rank workspace (about M rows of N bf16) crossing 2^32 bytes by 1 MiB (and so
+    2^31); at W = 1 the output too. ``max_M`` is ignored: the size is the point."""
+    supports = supports or all_shapes
+    N, K = draw(st.sampled_from(BYTE_BOUNDARY_N)), BYTE_BOUNDARY_K
+    N, K = (N, K) if supports(N, K) else (nearest_supported(supports, N, K) or (N, K))
+    limit = draw(st.sampled_from((2**31, 2**32)))
+    M = -(-(limit + BYTE_BOUNDARY_PAST) // (2 * N))
+    M += (-M) % world_size
+    kind = draw(st.sampled_from(["exact", "gaussian"]))
+    return Case("byte_boundary", draw(st.integers(0, 2**31 - 1)), N, K, M, [M], kind, out="none", repeat=1)
 
 
 FAMILY_STRATEGIES = {
@@ -106,4 +210,5 @@ FAMILY_STRATEGIES = {
     "capacity": capacity_cases,
     "bad_call": bad_call_cases,
     "graph": graph_cases,
+    "byte_boundary": byte_boundary_cases,
 }

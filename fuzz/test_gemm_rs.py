@@ -10,15 +10,33 @@ Hypothesis blob and one REPRO line that reruns the case.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzz.gate import check_case
-from fuzz.settings import examples
-from fuzz.strategies import bad_call_cases, capacity_cases, compute_cases, graph_cases
+from fuzz.settings import PROFILE, examples
+from fuzz.strategies import (
+    bad_call_cases,
+    byte_boundary_cases,
+    capacity_cases,
+    compute_cases,
+    declared_support,
+    graph_cases,
+)
 
 pytestmark = pytest.mark.multiproc
+
+
+def _where(pool) -> tuple[int, str]:
+    return pool.spec.world_size, pool.spec.topology
+
+
+def _supports(pool):
+    """The shapes the implementation under test declares (kernel.interface: ``supports(N, K)``)."""
+    return declared_support(pool.spec.impl)
 
 
 @settings(max_examples=examples("test_compute"))
@@ -26,7 +44,7 @@ pytestmark = pytest.mark.multiproc
 def test_compute(pool, data):
     """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew; on every
     call the path taken and the result contract (dtype, shape, device, out= or a fresh result)."""
-    case = data.draw(compute_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(compute_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -34,7 +52,7 @@ def test_compute(pool, data):
 @given(data=st.data())
 def test_capacity(pool, data):
     """Out-of-range M rejected with CapacityError before any work, nothing changed, instance still works."""
-    case = data.draw(capacity_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(capacity_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -42,7 +60,7 @@ def test_capacity(pool, data):
 @given(data=st.data())
 def test_bad_call(pool, data):
     """Wrong dtype/shape/stride/device/alignment rejected with its typed error, nothing changed."""
-    case = data.draw(bad_call_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(bad_call_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -52,7 +70,7 @@ def test_graph_replay(pool, data):
     """CUDA graph captured once, replayed with inputs changed in place and out poisoned before each replay."""
     if pool.spec.topology == "cpu":
         pytest.skip("CUDA graphs need a GPU topology (cpu topology gates the unfused path on gloo)")
-    case = data.draw(graph_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    case = data.draw(graph_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -63,8 +81,31 @@ def test_capacity_under_python_O(gate, pool_factory, data):
     sys.flags.optimize, so this proves the checks survive -O."""
     impl, topology, world_size = gate
     pool = pool_factory(impl, topology, world_size, optimize=1)
-    case = data.draw(capacity_cases(world_size, topology), label="case")
+    case = data.draw(capacity_cases(world_size, topology, supports=declared_support(impl)), label="case")
     check_case(pool, case)
     reported = {rank: hello.get("optimize") for rank, hello in pool.hello.items()}
     assert sorted(reported) == list(range(world_size)), f"ranks {sorted(reported)} reported their optimize level"
     assert set(reported.values()) == {1}, f"ranks ran with optimize levels {reported}, expected 1 on every rank"
+
+
+#: Per-case deadline of a byte-boundary case (GiB of inputs, outputs and host staging per rank).
+BYTE_BOUNDARY_DEADLINE_S = 600
+#: byte_boundary cases hold about 3 * 2^32 bytes per rank (workspace, shard, output): on one GPU, W <= 2.
+BYTE_BOUNDARY_MAX_W = 2
+
+
+@settings(max_examples=examples("test_byte_boundaries"))
+@given(data=st.data())
+def test_byte_boundaries(pool, data):
+    """Nightly, GPU: max_M * N * 2 bytes crossing 2^31 and 2^32 (32-bit offsets wrap there): rejected with a
+    typed error or computed right on the rows at every boundary. ``HYPOTHESIS_PROFILE=nightly`` or
+    ``GEMM_RS_BYTE_BOUNDARIES=1`` enables it."""
+    if pool.spec.topology == "cpu":
+        pytest.skip("byte boundaries need GPU memory (cases of ~3 * 2^32 bytes per rank); the CPU test of the "
+                    "property runs at an emulated limit (tests/foundation/test_byte_boundary.py)")
+    if PROFILE != "nightly" and os.environ.get("GEMM_RS_BYTE_BOUNDARIES") != "1":
+        pytest.skip("nightly only (HYPOTHESIS_PROFILE=nightly or GEMM_RS_BYTE_BOUNDARIES=1)")
+    if pool.spec.world_size > BYTE_BOUNDARY_MAX_W and pool.spec.topology == "shared-gpu":
+        pytest.skip(f"W={pool.spec.world_size} ranks of ~3 * 2^32 bytes each do not fit one GPU")
+    case = data.draw(byte_boundary_cases(*_where(pool), supports=_supports(pool)), label="case")
+    check_case(pool, case, deadline=BYTE_BOUNDARY_DEADLINE_S)

@@ -3,6 +3,7 @@
 An implementation is built once for a group and a capacity, then called many times::
 
     impl = SomeGemmRs(group, max_M=8192, N=7168, K=2048, device=torch.device("cuda", 0))
+    SomeGemmRs.supports(N, K)      # Eligibility: does the main path take these shapes (tails included)?
     ok = impl.can_run(w)           # Eligibility: truthy, with .reason when not
     impl.should_run(x)             # does the fused path pay for this M?
     shard = impl(x, w, out=None)   # (ceil(M / W), N) bf16: this rank's rows of sum_r x_r @ w_r.T
@@ -50,6 +51,7 @@ CLAUSES = (
     "unaligned_m",      # any M in 1..max_M, not only multiples of W or of a tile
     "capacity_check",   # rejects M > max_M / M <= 0 with a ValueError subclass before any work
     "typed_errors",     # rejects bad calls with this suite's typed errors (kernel/errors.py), not any exception
+    "batch_invariant",  # a token row's bits depend on neither M nor its row (non-exact inputs; exact: never waived)
 )
 
 
@@ -100,6 +102,18 @@ class GemmRsImplementation(abc.ABC):
     def main_path_support(self) -> Eligibility:
         """Whether this host can build the main path at all (device type and capability, libraries). When
         not, every verdict on this implementation is a FAIL with the reason: its own path never runs."""
+        return Eligibility(True)
+
+    @classmethod
+    def supports(cls, N: int, K: int) -> Eligibility:
+        """Whether the main path computes every call of an instance built for (N, K) — tails included — on a
+        host and group where it runs at all (CONTRACT.md, "Shapes"). A query on the class: the gate draws
+        its shapes from it before any instance exists. Where it says no, an instance must reject the shape
+        with a typed error (construction raising :class:`~kernel.errors.UnsupportedConfigError`, or every
+        call where there is no fallback) or ``can_run`` must say no and the call take the fallback.
+        Default: every N, K >= 1."""
+        if N < 1 or K < 1:
+            return Eligibility(False, f"N={N}, K={K}: both must be >= 1")
         return Eligibility(True)
 
     def can_run(self, weight: torch.Tensor) -> Eligibility:

@@ -23,6 +23,27 @@ def guard_words(n: int, device) -> torch.Tensor:
     return ((idx * 40503 + 12345) % 65536 - 32768).to(torch.int16).to(device)
 
 
+#: Above this K, torch's CPU bf16 ``mm`` computes a single row (M = 1) with another kernel than a batch
+#: (last-bit differences; measured, docs/NUMERICS.md section 6).
+CPU_MM_BATCH_INVARIANT_MAX_K = 1024
+
+
+def batch_variance(device: torch.device, K: int, world_size: int = 1) -> str | None:
+    """Why torch's GEMM and reduce-scatter do not give a token row the same bits at every M and row (the
+    ``batch_invariant`` waiver), or None where they do (measured: CPU, K <= 1024, W <= 2). Only where measured:
+    a mutant inherits the waiver, so an unconditional one would hide a position-dependent bug."""
+    if world_size >= 3:
+        return (f"W={world_size}: the reduce-scatter (gloo, NCCL ring) adds the W partials of an element in an "
+                "order that depends on the buffer's size, so on M (measured: W = 8, M = 9 vs 8, same owner); "
+                "two partials add in either order to the same bits")
+    if device.type == "cuda":
+        return "cuBLAS picks its kernel (split-K among them) by M: batch invariance is neither measured nor promised"
+    if K > CPU_MM_BATCH_INVARIANT_MAX_K:
+        return (f"K={K} > {CPU_MM_BATCH_INVARIANT_MAX_K}: torch's CPU bf16 mm computes M = 1 with another kernel "
+                "than a batch (last-bit differences, docs/NUMERICS.md)")
+    return None
+
+
 class UnfusedGemmRs(GemmRsImplementation):
     name = "unfused"
     main_path = "unfused"  # also what every subclass runs (mutants, fixtures) unless it says otherwise
@@ -45,12 +66,15 @@ class UnfusedGemmRs(GemmRsImplementation):
                 torch.empty(rows, self.N, dtype=torch.bfloat16, pin_memory=pin),
                 torch.empty(s_max, self.N, dtype=torch.bfloat16, pin_memory=pin),
             )
+        waived = {}
         if not collectives.is_capturable(group, self.device):
-            self.waived_clauses = {
-                **type(self).waived_clauses,
-                "graph_capture": f"unfused over {collectives.backend_of(group)} on {self.device.type} "
-                "stages through the host; not capturable",
-            }
+            waived["graph_capture"] = (f"unfused over {collectives.backend_of(group)} on {self.device.type} "
+                                       "stages through the host; not capturable")
+        reason = batch_variance(self.device, self.K, self.world_size)
+        if reason:
+            waived["batch_invariant"] = reason
+        if waived:
+            self.waived_clauses = {**type(self).waived_clauses, **waived}
 
     def state_tensors(self):
         return {"workspace": self._ws, "shard": self._shard}
@@ -58,10 +82,14 @@ class UnfusedGemmRs(GemmRsImplementation):
     def guard_regions(self):
         return {"after workspace": (self._guard.reshape(-1).view(torch.int16), self._guard_expected)}
 
+    def _gemm(self, x, w, partials: torch.Tensor) -> None:
+        """partials (the workspace's first M rows) = x @ w.T, bf16 (torch GEMM, fp32 accumulate)."""
+        torch.mm(x, w.t(), out=partials)
+
     def _run(self, x, w, out, M):
         S = self.shard_rows(M)
         partials = self._partials[: self.world_size * S]
-        torch.mm(x, w.t(), out=partials[:M])
+        self._gemm(x, w, partials[:M])
         partials[M:].zero_()
         shard = self._shard[:S]
         collectives.reduce_scatter(shard, partials, self.group, self._staging)

@@ -632,6 +632,15 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("ShortResult", (2,), ("result_contract",)),
     MutantSpec("ResultAliasesWorkspace", (2,), ("fresh_result", "earlier_results_unchanged")),
     MutantSpec("OutOverlappingWAccepted", (2,), ("bad_call_rejected",)),
+    # numerics (issue 15): inside the tolerance and bitwise right on exact inputs
+    MutantSpec("BiasedRounding", (2,), ("no_systematic_bias",)),
+    MutantSpec("BiasedRoundingHalfAway", (2,), ("no_systematic_bias",)),
+    MutantSpec("ScaleError", (2,), ("no_systematic_bias",)),
+    MutantSpec("PositionDependentRow", (2,), ("batch_invariant",)),
+    # shapes (issue 15): tails drawn where supports(N, K) says yes
+    MutantSpec("KTailNeverLoaded", (2,), ("within_tolerance", "bitwise_equal")),
+    MutantSpec("NTailNotReduced", (2,), ("within_tolerance", "bitwise_equal")),
+    MutantSpec("StorageOffsetIgnored", (2,), ("within_tolerance", "bitwise_equal")),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
@@ -705,3 +714,213 @@ class NonContiguousXHandled(UnfusedGemmRs):
 
     def _run(self, x, w, out, M):
         return super()._run(x.contiguous(), w, out, M)
+
+
+# --- numerics mutants (issue 15) ---------------------------------------------------------------------------
+# Results that stay inside the per-element tolerance and, on exact inputs, bitwise right: only the
+# statistical bias check (properties/bias.py) or batch invariance (properties/batch_invariance.py) sees them.
+
+BF16_DROPPED_BITS = 16  # a bf16 is the upper half of a float32
+
+
+def bf16_toward_zero(t32: torch.Tensor) -> torch.Tensor:
+    """float32 -> bf16 by dropping the low 16 bits (``uint32 >> 16``: round toward zero)."""
+    bits = t32.contiguous().view(torch.int32)
+    kept = torch.bitwise_and(bits, -(1 << BF16_DROPPED_BITS))
+    return _finite_or_rne(t32, kept.view(torch.float32))
+
+
+def bf16_half_away(t32: torch.Tensor) -> torch.Tensor:
+    """float32 -> bf16 by adding half a bf16 ulp to the magnitude, then dropping the low 16 bits
+    (``(u + 0x8000) >> 16``: round to nearest, ties away from zero)."""
+    bits = t32.contiguous().view(torch.int32)
+    kept = torch.bitwise_and(bits + (1 << (BF16_DROPPED_BITS - 1)), -(1 << BF16_DROPPED_BITS))
+    return _finite_or_rne(t32, kept.view(torch.float32))
+
+
+def _finite_or_rne(t32: torch.Tensor, rounded32: torch.Tensor) -> torch.Tensor:
+    """The biased conversion on finite values; NaN and Inf converted as torch does (a NaN's bits plus
+    0x8000 could carry into the sign)."""
+    return torch.where(torch.isfinite(t32), rounded32, t32).to(torch.bfloat16)
+
+
+class _Fp32ReducedEpilogue(UnfusedGemmRs):
+    """Shared shape of the numerics mutants: per-rank fp32 accumulators (or their bf16 roundings, which
+    the contract allows), reduced in fp32 (one fp32 reduce-scatter, same schedule on every rank), then
+    converted to bf16 by :meth:`_to_bf16` — the step each mutant gets wrong."""
+
+    round_partials = False  # True: partials rounded to bf16 before the fp32 sum (as a bf16 reduce-scatter)
+
+    def _fp32_shard(self, x, w, M: int) -> torch.Tensor:
+        S = self.shard_rows(M)
+        partials = torch.zeros(self.world_size * S, self.N, dtype=torch.float32, device=self.device)
+        if self.round_partials:
+            partials[:M] = torch.mm(x, w.t()).float()
+        else:
+            torch.mm(x.float(), w.float().t(), out=partials[:M])
+        shard = torch.empty(S, self.N, dtype=torch.float32, device=self.device)
+        collectives.reduce_scatter(shard, partials, self.group)
+        return shard
+
+    def _to_bf16(self, shard32: torch.Tensor) -> torch.Tensor:
+        return shard32.to(torch.bfloat16)
+
+    def _run(self, x, w, out, M):
+        return _finish(self, out, self._to_bf16(self._fp32_shard(x, w, M)), M)
+
+
+class BiasedRounding(_Fp32ReducedEpilogue):
+    """Biased final rounding: the epilogue converts the fp32 result to bf16 by taking its upper 16 bits
+    (``__float2bfloat16_rz``, a hand-written ``u >> 16``) instead of round-to-nearest-even. Every element
+    stays within one ulp, so within the tolerance, and exact results are representable, so exact mode
+    is bitwise right; but magnitudes shrink by half an ulp on average."""
+
+    name = "mutant-biased-rounding"
+
+    def _to_bf16(self, shard32):
+        return bf16_toward_zero(shard32)
+
+
+class BiasedRoundingHalfAway(_Fp32ReducedEpilogue):
+    """Ties rounded away from zero: the epilogue converts with ``(u + 0x8000) >> 16`` (round half away,
+    the schoolbook rounding) instead of half to even. Differs from RNE only on ties — frequent once
+    bf16 partials are summed (two bf16 values of one binade sum to 9 significant bits), so from W = 2
+    magnitudes grow by a quarter ulp on the tied elements."""
+
+    name = "mutant-biased-rounding-half-away"
+    round_partials = True
+
+    def _to_bf16(self, shard32):
+        return bf16_half_away(shard32)
+
+
+class ScaleError(_Fp32ReducedEpilogue):
+    """A scale off by 2^-9: the epilogue multiplies the fp32 result by alpha = 1 - 2^-9 before rounding
+    (an alpha read from a stale or wrongly-rounded scale tensor). A quarter to half an ulp per element:
+    inside the tolerance, and exact mode only sees it on results >= 128. Applied to the bf16 result
+    instead, (1 - 2^-9) rounds back to the same bf16 number — a no-op, not a mutant."""
+
+    name = "mutant-scale-error"
+    SCALE = 1.0 - 2.0**-9
+
+    def _to_bf16(self, shard32):
+        return (shard32 * self.SCALE).to(torch.bfloat16)
+
+
+class PositionDependentRow(UnfusedGemmRs):
+    """A row's result depends on where it sits: rows of the last, partial M tile (M % 64 of them) go
+    through a separate remainder epilogue that sums the ranks' fp32 partials and rounds once, while full
+    tiles reduce bf16-rounded partials. Both are conforming numerics (within tolerance; bitwise right on
+    exact inputs), but the same token gives different bits at M = 100 (row 70 in the remainder tile) and
+    at M = 128 — what batch invariance forbids (a token's output must not depend on its batch). From
+    W = 2: at W = 1 both paths round the same accumulator once."""
+
+    name = "mutant-position-dependent-row"
+    TILE = 64
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        tail0 = (M // self.TILE) * self.TILE
+        if tail0 == M:
+            return y  # no partial tile
+        S = self.shard_rows(M)
+        partials = torch.zeros(self.world_size * S, self.N, dtype=torch.float32, device=self.device)
+        torch.mm(x[tail0:].float(), w.float().t(), out=partials[tail0:M])
+        shard = torch.empty(S, self.N, dtype=torch.float32, device=self.device)
+        collectives.reduce_scatter(shard, partials, self.group)  # every rank: M is the same on all
+        r0, n_valid = self.rank * S, self.valid_rows(M)
+        tail_rows = range(max(tail0 - r0, 0), n_valid)
+        if len(tail_rows):
+            y[tail_rows.start : tail_rows.stop].copy_(shard[tail_rows.start : tail_rows.stop].to(torch.bfloat16))
+        return y
+
+
+# --- shape mutants (issue 15): tails the gate draws from supports(N, K) ----------------------------------------
+
+
+class KTailNeverLoaded(UnfusedGemmRs):
+    """K tail never loaded: the mainloop runs ``K // 64`` full K tiles and the last ``K % 64`` columns of x and
+    w never reach the accumulator (a k-tile count rounded down, a TMA box whose partial last tile is dropped
+    instead of zero-filled: ROCm/iris#21, flashinfer-ai/flashinfer#4358 class). Shapes with K % 64 == 0 — all
+    the gate drew before issue 15 — are exact."""
+
+    name = "mutant-k-tail-never-loaded"
+    K_TILE = 64
+
+    def _run(self, x, w, out, M):
+        k_full = self.K - self.K % self.K_TILE
+        if k_full != self.K:
+            x = x.clone()
+            x[:, k_full:] = 0  # the tail's products never summed (an allocation per call: a mutant may)
+        return super()._run(x, w, out, M)
+
+
+class NTailNotReduced(UnfusedGemmRs):
+    """N tail not reduced: the epilogue's cross-rank sum walks full 256-wide N tiles, so the last ``N % 256``
+    columns keep this rank's own partial instead of the sum over ranks (a tile loop bound rounded down in
+    the reduce-scatter only: tenstorrent/tt-metal#25212 class). Invisible at W = 1 and for N % 256 == 0."""
+
+    name = "mutant-n-tail-not-reduced"
+    N_TILE = 256
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        n_full = self.N - self.N % self.N_TILE
+        n_valid = self.valid_rows(M)
+        if n_full != self.N and self.world_size > 1 and n_valid:
+            r0 = self.rank * self.shard_rows(M)
+            y[:n_valid, n_full:] = torch.mm(x[r0 : r0 + n_valid], w[n_full:].t())
+        return y
+
+
+# --- views (issue 15) -----------------------------------------------------------------------------------------
+
+
+class StorageOffsetIgnored(UnfusedGemmRs):
+    """Storage offset ignored: the wrapper hands the kernel ``x.untyped_storage().data_ptr()`` (the base of
+    the storage) instead of ``x.data_ptr()``, so an aligned view into a larger buffer — a slice of a fused QKV
+    or gate/up activation, a packed batch — is read from the buffer's start. Every plain tensor the gate drew
+    before issue 15 has offset 0 and is computed right."""
+
+    name = "mutant-storage-offset-ignored"
+
+    def _run(self, x, w, out, M):
+        if x.storage_offset():
+            x = torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage(), 0, x.shape, x.stride())
+        return super()._run(x, w, out, M)
+
+
+# --- byte boundaries (issue 15, item 5: nightly, GPU) --------------------------------------------------------
+
+
+class OffsetWraps32(UnfusedGemmRs):
+    """32-bit offset overflow: the GEMM's store offsets into the workspace are held in 32 bits, so the bytes of
+    rows past ``WRAP_BYTES`` (2^31: a signed int offset) land at ``offset mod WRAP_BYTES`` — over the first rows
+    — and the rows past it keep whatever the workspace held (an ``int`` row * ld product, a 32-bit TMA
+    coordinate: the capacity bugs of kernels only ever run below 2 GiB). Emulated at the wrapper level: the
+    product is written segment by segment, each 2^31-byte segment again at offset 0. Below the limit it is the
+    correct implementation; it needs max_M * N * 2 > 2^31 bytes, so only the nightly GPU byte_boundary family
+    reaches it (``GPU_NIGHTLY_CATALOGUE``); tests/foundation/test_byte_boundary.py kills it at a small emulated
+    limit on the CPU."""
+
+    name = "mutant-offset-wraps-32"
+    WRAP_BYTES = 2**31
+
+    def _gemm(self, x, w, partials):
+        wrap = self.WRAP_BYTES // partials.element_size()
+        if partials.numel() <= wrap:
+            return super()._gemm(x, w, partials)
+        product = torch.mm(x, w.t()).reshape(-1)
+        flat = partials.reshape(-1)  # the workspace's first M rows: contiguous, a view
+        for start in range(0, product.numel(), wrap):
+            segment = product[start : start + wrap]
+            flat[: segment.numel()].copy_(segment)
+        return None
+
+
+#: Mutants only the nightly GPU run reaches (not in the CPU kill matrix, where they would survive by
+#: construction): run each with its command in README / the report, e.g.
+#: ``python -m fuzz.repro --impl mutants.catalogue:OffsetWraps32 --topology shared-gpu --world-size 1 --case ...``
+GPU_NIGHTLY_CATALOGUE: tuple[MutantSpec, ...] = (
+    MutantSpec("OffsetWraps32", (1, 2), ("within_tolerance", "bitwise_equal")),
+)

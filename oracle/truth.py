@@ -53,6 +53,21 @@ def seeded_shard_truth(seed: int, kind: str, rank: int, M: int, N: int, K: int, 
     return _truth_from_rows(rows, rank, M, world_size, device)
 
 
+def seeded_rows_truth(seed: int, kind: str, rows: tuple[int, int], M: int, N: int, K: int, world_size: int,
+                      device: torch.device | str = "cpu") -> Truth:
+    """Truth for the global rows ``rows = (start, stop)`` of Y alone (``row_offset`` = start, every row valid):
+    for a check of a few rows of a result too large to hold a whole shard's truth."""
+    from .inputs import make_w, make_x
+
+    start, stop = rows
+    parts = [(make_x(seed, r, M, K, world_size, kind, rows=rows), make_w(seed, r, N, K, world_size, kind))
+             for r in range(world_size)]
+    y = torch.full((stop - start, N), float("nan"), dtype=torch.float64, device=device)
+    ap, aq = torch.full_like(y, float("nan")), torch.full_like(y, float("nan"))
+    _accumulate(parts, y, ap, aq, device)
+    return Truth(y, ap, aq, stop - start, start, K, world_size)
+
+
 def _truth_from_rows(rows, rank: int, M: int, W: int, device) -> Truth:
     S = -(-M // W)
     r0 = rank * S
@@ -62,14 +77,19 @@ def _truth_from_rows(rows, rank: int, M: int, W: int, device) -> Truth:
     ap = torch.full_like(y, float("nan"))
     aq = torch.full_like(y, float("nan"))
     if n_valid:
-        y[:n_valid] = 0
-        ap[:n_valid] = 0
-        aq[:n_valid] = 0
-        for xs, w in rows:
-            xs = xs.to(device=device, dtype=torch.float64)
-            wd = w.to(device=device, dtype=torch.float64)
-            p = xs @ wd.T
-            y[:n_valid] += p
-            ap[:n_valid] += p.abs()
-            aq[:n_valid] += xs.abs() @ wd.abs().T
+        _accumulate(rows, y[:n_valid], ap[:n_valid], aq[:n_valid], device)
     return Truth(y, ap, aq, n_valid, r0, K, W)
+
+
+def _accumulate(rows, y, ap, aq, device) -> None:
+    """y, ap, aq (views of the valid rows) = sum_r of p_r = x_r @ w_r.T, |p_r|, |x_r| @ |w_r|.T, in fp64."""
+    y.zero_()
+    ap.zero_()
+    aq.zero_()
+    for xs, w in rows:
+        xs = xs.to(device=device, dtype=torch.float64)
+        wd = w.to(device=device, dtype=torch.float64)
+        p = xs @ wd.T
+        y += p
+        ap += p.abs()
+        aq += xs.abs() @ wd.abs().T

@@ -13,6 +13,7 @@ import torch
 from .result import CheckResult, worst_of
 
 GUARD_ROWS = 2
+ALIGN_WORDS = 8  # 16 bytes of bf16
 
 
 def guard_pattern(n: int, seed: int = 0x5EED, device="cpu") -> torch.Tensor:
@@ -27,20 +28,22 @@ class Guarded:
     def __init__(self, rows: int, cols: int, *, device="cpu", guard_rows: int = GUARD_ROWS, seed: int = 0x5EED):
         self.rows, self.cols, self.g = rows, cols, guard_rows
         gw = guard_rows * cols
-        self.buffer = torch.empty(rows * cols + 2 * gw, dtype=torch.bfloat16, device=device)
-        self.front = guard_pattern(gw, seed, device)
+        # the payload starts 16-byte aligned whatever cols is (the contract's alignment for out=)
+        self.front_words = -(-gw // ALIGN_WORDS) * ALIGN_WORDS
+        self.buffer = torch.empty(rows * cols + self.front_words + gw, dtype=torch.bfloat16, device=device)
+        self.front = guard_pattern(self.front_words, seed, device)
         self.back = guard_pattern(gw, seed + 1, device)
         words = self.buffer.view(torch.int16)
-        words[:gw].copy_(self.front)
+        words[: self.front_words].copy_(self.front)
         words[words.numel() - gw :].copy_(self.back)
-        self.payload = self.buffer[gw : gw + rows * cols].view(rows, cols)
+        self.payload = self.buffer[self.front_words : self.front_words + rows * cols].view(rows, cols)
 
     def regions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """name -> (current int16 words, expected int16 words)."""
         words = self.buffer.view(torch.int16)
         gw = self.g * self.cols
         return {
-            "before out": (words[:gw], self.front),
+            "before out": (words[: self.front_words], self.front),
             "after out": (words[words.numel() - gw :], self.back),
         }
 

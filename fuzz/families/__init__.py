@@ -20,7 +20,7 @@ from properties import main_path_available, skipped
 from properties.result import CheckResult
 
 from ..case import Case
-from . import bad_call, capacity, compute, graph
+from . import bad_call, byte_boundary, capacity, compute, graph, support
 from .calls import CallRaised
 from .context import RankContext, describe_exception, waiver
 
@@ -30,32 +30,52 @@ FAMILIES = {
     "capacity": capacity.run,
     "bad_call": bad_call.run,
     "graph": graph.run,
+    "byte_boundary": byte_boundary.run,
 }
+
+#: Families only nightly GPU runs draw (fuzz/test_gemm_rs.py skips them elsewhere): GiB-sized cases.
+NIGHTLY_ONLY = frozenset({"byte_boundary"})
 
 #: out= clauses reported as skipped where the implementation waives out= (the case runs with out=None)
 OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
 
-__all__ = ["FAMILIES", "RankContext", "describe_exception", "run_case"]
+__all__ = ["FAMILIES", "NIGHTLY_ONLY", "RankContext", "describe_exception", "run_case"]
 
 
 def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     """All checks of ``case`` on this rank.
 
     * the implementation's construction raising UnsupportedConfigError: one skipped check with the reason
-      (the whole family is skipped, never passed);
+      (the whole family is skipped, never passed) — or, for an (N, K) its class declares unsupported
+      (``supports``), a passed ``unsupported_shape_handled`` (:mod:`.support`: the typed rejection it owes);
+    * an instance for an undeclared (N, K): ``unsupported_shape_handled`` first (can_run must say no; the
+      calls take the fallback, or, with none, one call raises its typed error and the family does not run);
     * the host cannot build the implementation's main path: one failed ``main_path_available`` check;
     * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there)."""
     runner = FAMILIES.get(case.family)
     if runner is None:
         raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES)}")
+    shape = support.declared(ctx.impl_factory, case.N, case.K)
+    undeclared = shape is not None and not shape
     try:
         impl = ctx.impl(case)
-    except kerr.UnsupportedConfigError as exc:
+    except kerr.GemmRsError as exc:
+        if case.family == "byte_boundary":  # a size it cannot serve, refused with a typed error: clean
+            return [byte_boundary.rejected(exc, case, "construction", rank=ctx.rank)]
+        if not isinstance(exc, kerr.UnsupportedConfigError):
+            raise
+        if undeclared:
+            return [support.construction_rejected(exc, case, shape.reason, rank=ctx.rank)]
         return [skipped("unsupported_config", f"construction raised {type(exc).__name__}: {exc}", rank=ctx.rank)]
     available = main_path_available(impl.main_path_support(), main_path=impl.main_path, rank=ctx.rank)
     if not available.passed:  # (a pass is not reported: a case whose checks were all skipped stays skipped)
         return [available]
     notes = []
+    if undeclared:
+        handled, run_family = support.instance_handles(ctx, impl, case, shape.reason)
+        notes.append(handled)
+        if not run_family:
+            return notes
     reason = waiver(impl, "out_param")
     if reason and case.out == "guarded" and case.family in ("compute", "capacity", "graph"):
         # No out= to check: run the case with out=None and report the out= clauses as skipped.

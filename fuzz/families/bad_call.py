@@ -34,6 +34,9 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
         if out_waived and entry.needs_out:
             res = skipped("bad_call_rejected", f"{entry.name}: waived by the implementation: {out_waived}",
                           rank=ctx.rank)
+        elif not entry.applies(good, shard_rows(M, W)):
+            res = skipped("bad_call_rejected", f"{entry.name}: not a bad call at M={M}, N={case.N}, W={W} "
+                          f"({entry.what}: a valid layout here)", rank=ctx.rank, per_example=True)
         else:
             judge = (lambda y: judge_accepted(ctx, case, M, y)) if entry.same_values else None
             res = reject(ctx, impl, entry, good, name="bad_call_rejected", judge=judge)

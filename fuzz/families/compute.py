@@ -1,8 +1,9 @@
 """The compute family: for each M of ``case.ms`` in order, on one long-lived instance, a verified call
-(:func:`fuzz.families.verified.verified_call`: properties 1-6), then 7 repeatable (``repeat`` calls at
-ms[0]), 8 fresh_per_call (each result == a fresh instance's first call at that M) and 9
-inputs_changed_in_place (see :func:`inputs_changed_in_place`). An M the implementation waives
-(``unaligned_m``) is a per-example skip."""
+(:func:`fuzz.families.verified.verified_call`: properties 1-6) and 10 no_systematic_bias on its shard, then
+7 repeatable (``repeat`` calls at ms[0]), 8 fresh_per_call (each result == a fresh instance's first call at
+that M), 11 batch_invariant (``batch_m``: ms[0]'s tokens again inside another batch, see
+:func:`batch_invariance`) and 9 inputs_changed_in_place (see :func:`inputs_changed_in_place`). An M the
+implementation waives (``unaligned_m``) is a per-example skip."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import torch
 
 from kernel.checks import shard_rows, valid_rows
 from properties import bitwise_equal, fresh_per_call, repeatable, sentinel_like, skipped, within_tolerance
+from properties.batch_invariance import batch_invariant, invariance_inputs
+from properties.bias import no_systematic_bias
 from properties.result import CheckResult
 
 from ..case import Case
-from .context import RankContext, close_impl, waiver
+from .context import RankContext, aligned_if_waived, close_impl, waiver
 from .verified import verified_call
 
 INPLACE_SEED_OFFSET = 1_000_003  # inputs written in place: a seed no call of a case uses
@@ -33,6 +36,7 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
         call_checks, y, (x, w, S, n_valid, row0) = verified_call(ctx, impl, case, M, seed, tag=f"call{i}",
                                                                  late=True, kind=kind)
         checks += call_checks
+        checks.append(systematic_bias(ctx, case, y, M, seed, kind, tag=f"call{i}"))
         if i == 0 and case.repeat > 1:
             outs = [y]
             for j in range(1, case.repeat):
@@ -49,11 +53,57 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             finally:
                 close_impl(fresh)
             sequence.append((M, y, yf, n_valid, row0))
+        if i == 0 and case.batch_m is not None:
+            checks.append(batch_invariance(ctx, impl, case, y, w, M, seed, kind))
         if i == 0:
             checks.append(inputs_changed_in_place(ctx, impl, case, x, w, M, seed + INPLACE_SEED_OFFSET, kind))
     if sequence:
         checks.append(fresh_per_call(sequence, rank=r))
     return checks
+
+
+#: Input kinds whose calls round nothing (every partial and sum representable in bf16): the bias check
+#: could not fail on them, so it is skipped with this reason without building its model.
+UNROUNDED_KINDS = {
+    "exact": "exact inputs: every partial and sum is an integer representable in bf16, nothing is rounded "
+             "(bitwise_equal judges them)",
+    "zeros": "zero inputs: every result is exactly 0, nothing is rounded",
+}
+
+
+def systematic_bias(ctx: RankContext, case: Case, y, M: int, seed: int, kind: str, *, tag: str) -> CheckResult:
+    """Property 10: the call's shard carries no systematic error (:func:`properties.bias.no_systematic_bias`:
+    mean signed error and mean error along the sign of the truth, against the fp64 truth). Skipped with the
+    reason where it could not fail (nothing rounded, too few informative elements), never passed."""
+    name = "no_systematic_bias"
+    if kind in UNROUNDED_KINDS:
+        res = skipped(name, f"not applicable: {UNROUNDED_KINDS[kind]}", rank=ctx.rank)
+    else:
+        res = no_systematic_bias(y, ctx.rounding_model(case, seed, M, kind), rank=ctx.rank, name=name)
+    res.extra.update(call=tag, M=M, kind=kind)
+    return res
+
+
+def batch_invariance(ctx: RankContext, impl, case: Case, y_a, w, M_a: int, seed: int, kind: str) -> CheckResult:
+    """Property 11: the tokens of the first call (at ``M_a``, result ``y_a``) placed at other rows of a call
+    at ``case.batch_m`` among other tokens (:func:`properties.batch_invariance.invariance_inputs`; each token
+    stays in its owner's shard) give the same bits there (:func:`properties.batch_invariance.batch_invariant`:
+    no tolerance). Waivable on non-exact inputs (``batch_invariant`` clause); the waiver is the same on every
+    rank, so every rank skips the call or none does."""
+    r, W = ctx.rank, ctx.world_size
+    name = "batch_invariant"
+    M_b = aligned_if_waived(impl, case.batch_m, W, case.max_M)
+    reason = waiver(impl, "batch_invariant")
+    if reason and kind != "exact":
+        res = skipped(name, f"waived by the implementation: {reason}", rank=r)
+    else:
+        inv = invariance_inputs(seed, r, M_a, M_b, case.N, case.K, W, kind)
+        out = sentinel_like((shard_rows(M_b, W), case.N), device=ctx.device) if case.out == "guarded" else None
+        y_b = ctx.call(impl, inv.x_b.to(ctx.device), w, out, tag="batch")
+        ctx.sync()
+        res = batch_invariant(y_a, y_b, inv.row_map, rank=r, world_size=W, exact=kind == "exact", name=name)
+    res.extra.update(call="batch", M=M_b, M_a=M_a, kind=kind)
+    return res
 
 
 def inputs_changed_in_place(ctx: RankContext, impl, case: Case, x, w, M: int, seed: int, kind: str) -> CheckResult:

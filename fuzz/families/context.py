@@ -58,15 +58,25 @@ class RankContext:
 
     # inputs ---------------------------------------------------------------------------------
     def x(self, case: Case, seed: int, M: int, kind: str | None = None) -> torch.Tensor:
-        return make_x(seed, self.rank, M, case.K, self.world_size, kind or case.kind).to(self.device)
+        return offset_view(make_x(seed, self.rank, M, case.K, self.world_size, kind or case.kind), case.offset,
+                           self.device)
 
     def w(self, case: Case, seed: int, kind: str | None = None) -> torch.Tensor:
-        return make_w(seed, self.rank, case.N, case.K, self.world_size, kind or case.kind).to(self.device)
+        return offset_view(make_w(seed, self.rank, case.N, case.K, self.world_size, kind or case.kind),
+                           case.offset, self.device)
 
     def truth(self, case: Case, seed: int, M: int, kind: str | None = None):
         dev = self.device if self.device.type == "cuda" else "cpu"
         return seeded_shard_truth(seed, kind or case.kind, self.rank, M, case.N, case.K, self.world_size,
                                   device=dev)
+
+    def rounding_model(self, case: Case, seed: int, M: int, kind: str | None = None):
+        """What :func:`properties.bias.no_systematic_bias` needs for this rank's shard of a call at M."""
+        from properties.bias import seeded_rounding_model
+
+        dev = self.device if self.device.type == "cuda" else "cpu"
+        return seeded_rounding_model(seed, kind or case.kind, self.rank, M, case.N, case.K, self.world_size,
+                                     device=dev)
 
     # synchronisation ----------------------------------------------------------------------------
     def sync(self) -> None:
@@ -86,6 +96,26 @@ class RankContext:
             torch.cuda._sleep(int(delay_ms * 1.5e6))  # ~1.5 GHz: cycles for delay_ms on the GPU stream
         else:
             time.sleep(delay_ms / 1000)
+
+
+#: The value the head of an offset view's buffer holds (before the view's storage offset): finite, unlike
+#: any input row, so reading it instead of the operand gives a wrong value, not a NaN another check sees.
+OFFSET_HEAD_VALUE = 3.0
+#: Storage offsets must keep a view 16-byte aligned (the contract's alignment): multiples of 8 bf16 elements.
+OFFSET_ALIGN = 8
+
+
+def offset_view(t: torch.Tensor, offset: int, device) -> torch.Tensor:
+    """``t`` on ``device``, as a contiguous view starting ``offset`` elements into a larger buffer (``offset``
+    0: a plain tensor). The head holds OFFSET_HEAD_VALUE."""
+    if not offset:
+        return t.to(device)
+    if offset % OFFSET_ALIGN or offset < 0:
+        raise ValueError(f"offset {offset} must be a non-negative multiple of {OFFSET_ALIGN} (16-byte aligned views)")
+    buf = torch.full((offset + t.numel(),), OFFSET_HEAD_VALUE, dtype=t.dtype, device=device)
+    view = buf[offset:].view(t.shape)
+    view.copy_(t)
+    return view
 
 
 def waiver(impl, clause: str) -> str | None:

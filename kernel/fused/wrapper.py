@@ -238,6 +238,14 @@ class FusedGemmRs(GemmRsImplementation):
             or self._host_ineligibility()
         )
 
+    @classmethod
+    def supports(cls, N: int, K: int) -> Eligibility:
+        """The fused kernel's shapes: K a multiple of the K tile (64: no K tail is loaded), N a multiple of 8
+        (16-byte TMA rows); any N tail of its 256-, 224- and 128-wide tiles (a partial last N tile, e.g.
+        N = 1000 in tests/kernel/test_fused_wrapper.py). Other shapes fall back to the unfused path."""
+        reason = (f"N={N}, K={K}: both must be >= 1" if N < 1 or K < 1 else None) or check_dims(N, K)
+        return Eligibility(reason is None, reason or "")
+
     def can_run(self, weight: torch.Tensor) -> Eligibility:
         """Whether the fused kernel supports ``weight`` and the group here; the reason when not."""
         reason = self._config_reason or check_weight(weight, self.N, self.K, self.device)

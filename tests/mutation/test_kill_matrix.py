@@ -57,7 +57,8 @@ def test_the_only_bare_assert_in_mutants_is_the_planted_one():
 def test_expected_properties_are_machine_readable():
     names = {"within_tolerance", "oracle_within_tolerance", "bitwise_equal", "nonfinite_pattern_matches",
              "padded_rows_untouched", "guard_regions_untouched", "repeatable", "fresh_per_call", "returns_out",
-             "capacity_rejected", "bad_call_rejected", "inputs_changed_in_place", "hang", "died"}
+             "capacity_rejected", "bad_call_rejected", "inputs_changed_in_place", "no_systematic_bias",
+             "batch_invariant", "hang", "died"}
     for s in catalogue.CATALOGUE:
         assert isinstance(s.expected, tuple) and s.expected, s.name
         assert all(e.isidentifier() for e in s.expected), s.name

@@ -1,0 +1,87 @@
+"""Byte boundaries (issue 15, item 5), on the CPU at an emulated limit: the byte_boundary family checks the rows
+at each boundary of the output and the workspace and passes the correct implementation; a 32-bit offset wrap
+(``mutants.catalogue.OffsetWraps32``, its limit made small) fails it; a typed rejection is a clean answer. The
+real sizes (2^31, 2^32 bytes) run nightly on a GPU (fuzz/test_gemm_rs.py::test_byte_boundaries)."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from fuzz.case import Case
+from fuzz.families import RankContext, run_case
+from fuzz.families.byte_boundary import boundary_windows
+from fuzz.strategies import byte_boundary_cases
+from kernel.errors import CapacityError
+from kernel.unfused import UnfusedGemmRs
+from mutants.catalogue import GPU_NIGHTLY_CATALOGUE, OffsetWraps32
+
+CPU = torch.device("cpu")
+LIMITS = [2**15, 2**16]  # emulated: rows * 64 * 2 bytes cross both by M = 600
+
+
+class SmallWrap(OffsetWraps32):
+    WRAP_BYTES = 2**16
+
+
+class RefusesLargeMaxM(UnfusedGemmRs):
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        if max_M * N * 2 > 2**16:
+            raise CapacityError(f"max_M={max_M}: the workspace would pass 2^16 bytes")
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+
+
+def _run(factory, case):
+    ctx = RankContext(factory, rank=0, world_size=1, device=CPU)
+    try:
+        return run_case(ctx, case)
+    finally:
+        ctx.close()
+
+
+def _case(kind, M=600):
+    return Case("byte_boundary", seed=4, N=64, K=64, max_M=M, ms=[M], kind=kind, out="none", repeat=1,
+                byte_limits=LIMITS)
+
+
+def test_windows_hold_each_boundary_row_of_the_output_and_the_workspace():
+    # W = 2, M = 1200: rank 1's shard starts at global row 600; 2^15 bytes are row 256, 2^16 row 512
+    windows = boundary_windows(tuple(LIMITS), 64, 2, 1200, 1)
+    rows = {r for a, b in windows for r in range(a, b)}
+    assert {254, 256, 258, 510, 512, 514, 0, 599} <= rows  # local (output) boundary rows, first and last
+    assert all(0 <= a < b <= 600 for a, b in windows)
+
+
+def test_the_correct_implementation_passes_at_the_boundaries():
+    for kind in ("exact", "gaussian"):
+        checks = _run(UnfusedGemmRs, _case(kind))
+        assert checks and all(c.passed for c in checks), [c.render() for c in checks if not c.passed]
+        assert sum(c.name == "within_tolerance" for c in checks) >= 3
+
+
+def test_a_wrapped_32_bit_offset_fails_the_rows_past_the_boundary():
+    for kind in ("exact", "gaussian"):
+        failed = [c for c in _run(SmallWrap, _case(kind)) if not c.passed and not c.skipped]
+        assert failed and {c.name for c in failed} <= {"within_tolerance", "bitwise_equal"}
+    below = _run(SmallWrap, _case("gaussian", M=500))  # 64000 bytes: below the wrap, nothing wrong
+    assert all(c.passed for c in below)
+
+
+def test_a_typed_rejection_is_a_clean_answer():
+    checks = _run(RefusesLargeMaxM, _case("gaussian"))
+    assert [c.name for c in checks] == ["byte_boundary_rejected"] and checks[0].passed
+    assert "CapacityError" in checks[0].detail
+
+
+def test_drawn_cases_cross_the_limits_and_the_mutant_is_listed_for_the_gpu():
+    seen = []
+
+    @settings(max_examples=10, database=None, suppress_health_check=list(HealthCheck))
+    @given(byte_boundary_cases(2, "shared-gpu"))
+    def draw(case):
+        seen.append(case)
+
+    draw()
+    assert all(c.max_M * c.N * 2 > 2**32 or c.max_M * c.N * 2 > 2**31 for c in seen)
+    assert any(c.max_M * c.N * 2 > 2**32 for c in seen) and all(c.ms == [c.max_M] and c.max_M % 2 == 0 for c in seen)
+    assert [s.name for s in GPU_NIGHTLY_CATALOGUE] == ["OffsetWraps32"]

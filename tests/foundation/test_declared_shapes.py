@@ -1,0 +1,219 @@
+"""Shapes drawn from what an implementation declares (issue 15, item 1; CONTRACT.md "Shapes"), in process on
+one CPU rank: ``supports(N, K)`` on the interface, the strategies' tail and model-size draws snapped to a
+supported shape (or kept, for the ``unsupported_shape_handled`` check), shrinking toward small shapes; the
+check fails an implementation that declares a shape unsupported yet runs it, or that accepts it without a
+fallback; and the tail mutants fail on tail shapes and nowhere else."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, find, given, settings
+
+from fuzz.case import Case
+from fuzz.families import RankContext, run_case
+from fuzz.strategies import SHAPES, all_shapes, declared_support, nearest_supported, shapes
+from kernel.errors import UnsupportedConfigError
+from kernel.fused import FusedGemmRs
+from kernel.interface import Eligibility
+from kernel.unfused import UnfusedGemmRs
+from mutants.catalogue import KTailNeverLoaded, NTailNotReduced
+
+CPU = torch.device("cpu")
+QUIET = settings(max_examples=60, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+def test_supports_is_declared_on_the_class():
+    assert UnfusedGemmRs.supports(1, 1) and UnfusedGemmRs.supports(7, 65)
+    assert not UnfusedGemmRs.supports(0, 64) and "N=0" in UnfusedGemmRs.supports(0, 64).reason
+    assert FusedGemmRs.supports(1000, 64) and FusedGemmRs.supports(2880, 1024)
+    assert "K tile" in FusedGemmRs.supports(1024, 180).reason
+    assert "multiple of 8" in FusedGemmRs.supports(1001, 64).reason
+    assert declared_support("fused") == FusedGemmRs.supports
+    assert declared_support("no.such.module:Impl") is all_shapes  # the ranks report the load error
+
+
+def test_nearest_supported_moves_up_to_the_next_supported_shape():
+    assert nearest_supported(FusedGemmRs.supports, 1001, 65) == (1008, 128)
+    assert nearest_supported(UnfusedGemmRs.supports, 3, 5) == (3, 5)
+    assert nearest_supported(lambda n, k: Eligibility(False, "never"), 3, 5) is None
+
+
+@pytest.mark.parametrize("topology, impl", [("cpu", UnfusedGemmRs), ("shared-gpu", FusedGemmRs)])
+def test_drawn_shapes_are_supported_tails_included_and_shrink_to_small_ones(topology, impl):
+    seen = []
+
+    @QUIET
+    @given(shapes(topology, impl.supports))
+    def draw(shape):
+        seen.append(shape)
+
+    draw()
+    assert all(impl.supports(*s) for s in seen)
+    assert any(K % 64 for _, K in seen) == (impl is UnfusedGemmRs)  # K tails only where supported
+    assert any(N % 256 for N, _ in seen) and any(N < 128 for N, _ in seen)
+    assert any(N % 2 for N, _ in seen) == (impl is UnfusedGemmRs)
+    assert find(shapes(topology, impl.supports), lambda s: True) == SHAPES["cpu" if topology == "cpu" else "gpu"][0]
+    N, K = find(shapes(topology, impl.supports), lambda s: s[0] % 256 and s not in SHAPES["gpu"] + SHAPES["cpu"])
+    assert N < 256 and K <= 64  # the tail a failure shrinks to is small
+
+
+def test_model_sizes_on_gpu_topologies_only_and_undeclared_shapes_kept_sometimes():
+    gpu, cpu = [], []
+
+    @QUIET
+    @given(shapes("shared-gpu", FusedGemmRs.supports, unsupported=True), shapes("cpu", unsupported=True))
+    def draw(g, c):
+        gpu.append(g)
+        cpu.append(c)
+
+    draw()
+    assert any(N in (2880, 4096, 5120, 7168, 8192) and N not in (4096, 7168) for N, _ in gpu)
+    assert max(N for N, _ in cpu) <= 320
+    assert any(not FusedGemmRs.supports(*s) for s in gpu) and any(FusedGemmRs.supports(*s) for s in gpu)
+
+
+# --- unsupported_shape_handled ------------------------------------------------------------------------------
+
+class _NoKTails(UnfusedGemmRs):
+    """Declares K % 64 == 0 only."""
+
+    @classmethod
+    def supports(cls, N, K):
+        return Eligibility(K % 64 == 0, "" if K % 64 == 0 else f"K={K}: no K tail")
+
+
+class DeclaresButRuns(_NoKTails):
+    """Declares K tails unsupported, yet can_run says yes (the main path runs them)."""
+
+
+class FallsBack(_NoKTails):
+    main_path = "main"
+    fallback_path = "unfused"
+
+    def can_run(self, weight):
+        return Eligibility(self.K % 64 == 0, f"K={self.K}: no K tail")
+
+
+class RejectsWithoutFallback(_NoKTails):
+    def can_run(self, weight):
+        return Eligibility(self.K % 64 == 0, f"K={self.K}: no K tail")
+
+    def validate(self, x, w, out):
+        if self.K % 64:
+            raise UnsupportedConfigError(f"K={self.K}: no K tail")
+        return super().validate(x, w, out)
+
+
+class AcceptsWithoutFallback(RejectsWithoutFallback):
+    def validate(self, x, w, out):
+        return UnfusedGemmRs.validate(self, x, w, out)
+
+
+class RejectsAtConstruction(_NoKTails):
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        if K % 64:
+            raise UnsupportedConfigError(f"K={K}: no K tail")
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+
+
+def _run(factory, case):
+    ctx = RankContext(factory, rank=0, world_size=1, device=CPU)
+    try:
+        return run_case(ctx, case)
+    finally:
+        ctx.close()
+
+
+def _verdict(checks, name="unsupported_shape_handled"):
+    found = [c for c in checks if c.name == name]
+    assert len(found) == 1, [c.name for c in checks]
+    return found[0]
+
+
+TAIL = Case("compute", seed=1, N=64, K=100, max_M=256, ms=[33], kind="exact")
+
+
+@pytest.mark.parametrize("factory, passed, family_runs", [
+    (DeclaresButRuns, False, False),
+    (AcceptsWithoutFallback, False, False),
+    (RejectsWithoutFallback, True, False),
+    (RejectsAtConstruction, True, False),
+    (FallsBack, True, True),
+])
+def test_an_undeclared_shape_must_be_rejected_or_fall_back(factory, passed, family_runs):
+    checks = _run(factory, TAIL)
+    res = _verdict(checks)
+    assert res.passed == passed and not res.skipped, res.render()
+    assert any(c.name == "within_tolerance" for c in checks) == family_runs
+    if family_runs:  # the fallback's calls are held to the fallback path and to the right values
+        paths = {(c.extra["path"], c.extra["expected"]) for c in checks if c.name == "path_taken"}
+        assert paths == {("unfused", "unfused")}
+        assert all(c.passed or c.skipped for c in checks), [c.render() for c in checks if not c.passed]
+
+
+def test_a_declared_shape_runs_the_family_without_the_check():
+    checks = _run(RejectsWithoutFallback, Case("compute", seed=1, N=64, K=128, max_M=256, ms=[33], kind="exact"))
+    assert not [c for c in checks if c.name == "unsupported_shape_handled"]
+    assert all(c.passed or c.skipped for c in checks)
+
+
+# --- the tail mutants ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mutant", [KTailNeverLoaded, NTailNotReduced])
+def test_tail_mutants_compute_right_without_tails(mutant):
+    x, w = torch.randn(33, 128).bfloat16(), torch.randn(256, 128).bfloat16()
+    assert torch.equal(mutant(max_M=64, N=256, K=128)(x, w), UnfusedGemmRs(max_M=64, N=256, K=128)(x, w))
+
+
+def test_k_tail_never_loaded_fails_on_a_k_tail():
+    checks = _run(KTailNeverLoaded, Case("compute", seed=1, N=64, K=100, max_M=256, ms=[33]))
+    failed = {c.name for c in checks if not c.passed and not c.skipped}
+    assert "within_tolerance" in failed, [c.render() for c in checks]
+    # (NTailNotReduced needs W >= 2: the kill matrix runs it at W = 2 on gloo ranks)
+
+
+# --- views (issue 15, item 2) -------------------------------------------------------------------------------
+
+def test_offset_views_are_aligned_views_into_a_buffer_with_another_head():
+    from fuzz.families.context import OFFSET_HEAD_VALUE, offset_view
+
+    t = torch.randn(5, 24).bfloat16()
+    v = offset_view(t, 4096, CPU)
+    assert v.storage_offset() == 4096 and v.is_contiguous() and v.data_ptr() % 16 == 0 and torch.equal(v, t)
+    assert v.untyped_storage().nbytes() > t.numel() * 2
+    head = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage(), 0, (8,), (1,))
+    assert bool((head == OFFSET_HEAD_VALUE).all())
+    assert offset_view(t, 0, CPU).storage_offset() == 0
+    with pytest.raises(ValueError):
+        offset_view(t, 3, CPU)
+
+
+def test_offset_views_are_computed_right_and_a_kernel_reading_the_base_pointer_fails():
+    from mutants.catalogue import StorageOffsetIgnored
+
+    case = Case("compute", seed=2, N=64, K=64, max_M=256, ms=[40], offset=4096)
+    good = _run(UnfusedGemmRs, case)
+    assert all(c.passed or c.skipped for c in good), [c.render() for c in good if not c.passed]
+    failed = {c.name for c in _run(StorageOffsetIgnored, case) if not c.passed and not c.skipped}
+    assert "within_tolerance" in failed
+    plain = _run(StorageOffsetIgnored, Case("compute", seed=2, N=64, K=64, max_M=256, ms=[40]))
+    assert all(c.passed or c.skipped for c in plain)  # offset 0: nothing to get wrong
+
+
+def test_strided_out_and_expanded_w_are_bad_calls_where_they_are_not_contiguous():
+    from fuzz.bad_calls import BAD_CALLS, GoodCall
+    from fuzz.families.bad_call import reject
+    from properties import sentinel_like
+
+    x, w = torch.randn(5, 64).bfloat16(), torch.randn(64, 64).bfloat16()
+    good = GoodCall(x, w, sentinel_like((5, 64)), 64, 65)
+    ctx = RankContext(UnfusedGemmRs, rank=0, world_size=1, device=CPU)
+    for name in ("out_row_strided", "w_expanded"):
+        entry = BAD_CALLS[name]
+        assert entry.applies(good, 5)
+        res = reject(ctx, UnfusedGemmRs(max_M=64, N=64, K=64), entry, good, name="bad_call_rejected")
+        assert res.passed and res.extra["raised"] == "LayoutError", res.render()
+    assert not BAD_CALLS["out_row_strided"].applies(good, 1)  # one row: contiguous, a valid out
+    one_row = BAD_CALLS["out_row_strided"].build(GoodCall(x[:1], w, sentinel_like((1, 64)), 64, 65), 1)[2]
+    assert one_row.is_contiguous()
