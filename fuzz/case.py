@@ -46,6 +46,8 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field
 
+from .layouts import describe as describe_layout
+
 CAPACITY_BADS = ("zero", "over", "huge")  # the bad calls: fuzz.bad_calls.CAPACITY_CALLS
 
 
@@ -73,6 +75,10 @@ class Case:
     delay_ms: int = 0
     bad: str | None = None
     kinds: list[str] | None = None  # input kind of each call of ms (compute); None: ``kind`` for all
+    layout: list[list[int]] | None = None  # TP groups (world ranks; fuzz/layouts.py); None: the world
+    shapes: list[list[int]] | None = None  # instances: [N, K, max_M] of each live instance, built in order
+    order: list[int] | None = None     # instances: the instance each call of ms goes to
+    recreate: list[list[int]] | None = None  # instances: [N, K, max_M] each re-created instance gets
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -97,6 +103,12 @@ class Case:
             parts.append(f"bad={self.bad}")
         if self.late_rank is not None:
             parts.append(f"late_rank={self.late_rank}+{self.delay_ms}ms")
+        if self.layout is not None:
+            parts.append(f"layout={describe_layout(self.layout)}")
+        if self.shapes:
+            parts.append("instances=" + "/".join("x".join(map(str, s)) for s in self.shapes))
+        if self.recreate:
+            parts.append("recreate=" + "/".join("x".join(map(str, s)) for s in self.recreate))
         return " ".join(parts)
 
 

@@ -15,6 +15,7 @@ from oracle.inputs import KINDS
 
 from .bad_calls import BAD_CALLS
 from .case import CAPACITY_BADS, Case
+from .layouts import layouts_for
 
 # (N, K) families: down-projection / attention-output shapes (hidden N, per-rank K slice), scaled to the
 # machine. K is a multiple of 64 (the fused kernel's K tile); N includes non-multiples of 128.
@@ -50,6 +51,15 @@ def shapes(topology: str) -> st.SearchStrategy[tuple[int, int]]:
     return st.sampled_from(SHAPES[machine(topology)])
 
 
+def layouts(world_size: int) -> st.SearchStrategy[list[list[int]] | None]:
+    """The world (shrinks to it) or one of the TP layouts of :func:`fuzz.layouts.layouts_for` (TP x DP
+    partitions first; a non-contiguous group with ranks outside it last)."""
+    choices = layouts_for(world_size)
+    if not choices:
+        return st.none()
+    return st.one_of(st.none(), st.sampled_from(choices))
+
+
 @st.composite
 def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
     max_M = max_M or MAX_M[machine(topology)]
@@ -68,8 +78,63 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     # 100 ms: above any natural jitter of a loaded host, so a skew-dependent bug shows for sure
     delay_ms = draw(st.sampled_from([0, 5, 30, 100])) if late_rank is not None else 0
     seed = draw(st.integers(0, 2**31 - 1))
+    layout = draw(layouts(world_size))
+    if layout is not None and late_rank is not None:
+        late_rank = min(late_rank, min(len(g) for g in layout) - 1)  # a group rank every group has
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds)
+                kinds=kinds, layout=layout)
+
+
+#: capacities of the instances family's own instances (several sizes: different workspaces, different
+#: crossovers; small ones keep the CPU cost low)
+INSTANCE_MAX_MS = (257, 1024, 4096)
+
+
+@st.composite
+def instances_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    """Several live instances (the pool's one of the case's shape, and 1-2 of the case's own at other
+    (N, K, max_M)), calls interleaved over them, then 0-2 re-created at other sizes."""
+    max_M = max_M or MAX_M[machine(topology)]
+    catalogue = SHAPES[machine(topology)]
+    N, K = draw(shapes(topology))
+    others = [list(nk) for nk in catalogue if tuple(nk) != (N, K)]
+    picked = draw(st.lists(st.sampled_from(others), min_size=1, max_size=2, unique_by=tuple))
+    own = [[n, k, draw(st.sampled_from(INSTANCE_MAX_MS))] for n, k in picked]
+    n_calls = draw(st.integers(len(own) + 1, len(own) + 3))
+    ms = draw(st.lists(m_values(world_size, max_M), min_size=n_calls, max_size=n_calls))
+    # every instance called at least once, in an interleaved order (the pool's instance first)
+    order = draw(st.permutations([i % (len(own) + 1) for i in range(n_calls)]))
+    recreate = draw(st.lists(st.sampled_from(catalogue).map(list), max_size=2))
+    recreate = [[n, k, draw(st.sampled_from(INSTANCE_MAX_MS))] for n, k in recreate]
+    kind = draw(st.sampled_from(KINDS))
+    out = draw(st.sampled_from(["guarded", "none"]))
+    return Case("instances", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
+                shapes=own, order=list(order), recreate=recreate or None, layout=draw(layouts(world_size)))
+
+
+#: M values a layer meets around the contract's default should_run threshold (128); the family adds both
+#: sides of the implementation's own crossover on the rank side
+DISPATCH_MS = (1, 64, 127, 128, 129, 255, 256, 1024)
+
+
+@st.composite
+def dispatch_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    """A layer dispatching on should_run / can_run, M alternating across the threshold."""
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology))
+    ms = draw(st.lists(st.one_of(st.sampled_from(DISPATCH_MS), m_values(world_size, max_M)), min_size=1,
+                       max_size=3))
+    kind = draw(st.sampled_from(["exact", "gaussian"]))
+    return Case("dispatch", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out="none", repeat=1,
+                layout=draw(layouts(world_size)))
+
+
+@st.composite
+def layer_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    """Layers as an engine holds them: several live instances interleaved and re-created, or a layer's
+    should_run / can_run dispatch."""
+    family = draw(st.sampled_from(("instances", "dispatch")))
+    return draw(FAMILY_STRATEGIES[family](world_size, topology, max_M))
 
 
 @st.composite
@@ -94,11 +159,32 @@ def bad_call_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
 
 @st.composite
 def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    """Deep graphs: 1-2 drawn M (the family adds both sides of the tile switch and of should_run's
+    crossover), at least 3 rounds of replays."""
     max_M = max_M or MAX_M[machine(topology)]
     N, K = draw(shapes(topology))
-    m = draw(m_values(world_size, max_M))
+    ms = draw(st.lists(m_values(world_size, max_M), min_size=1, max_size=2, unique=True))
     kind = draw(st.sampled_from(["gaussian", "exact"]))
-    return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], kind, repeat=3)
+    out = draw(st.sampled_from(["guarded", "none"]))
+    return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=3,
+                layout=draw(layouts(world_size)))
+
+
+#: M of stream cases: large enough that the call's kernels outlast the caller's next steps
+STREAM_MS = (1024, 2048, 4097, 8191)
+
+
+@st.composite
+def streams_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
+    """Calls on a non-default stream beside a busy one, inputs overwritten and freed right after."""
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology))
+    ms = draw(st.lists(st.one_of(st.sampled_from(STREAM_MS), m_values(world_size, max_M)), min_size=1,
+                       max_size=2))
+    kind = draw(st.sampled_from(["exact", "gaussian"]))
+    out = draw(st.sampled_from(["guarded", "none"]))
+    return Case("streams", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
+                layout=draw(layouts(world_size)))
 
 
 FAMILY_STRATEGIES = {
@@ -106,4 +192,7 @@ FAMILY_STRATEGIES = {
     "capacity": capacity_cases,
     "bad_call": bad_call_cases,
     "graph": graph_cases,
+    "instances": instances_cases,
+    "dispatch": dispatch_cases,
+    "streams": streams_cases,
 }

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from fuzz.gate import check_case
 from fuzz.settings import examples
-from fuzz.strategies import bad_call_cases, capacity_cases, compute_cases, graph_cases
+from fuzz.strategies import (
+    bad_call_cases,
+    capacity_cases,
+    compute_cases,
+    graph_cases,
+    layer_cases,
+    streams_cases,
+)
 
 pytestmark = pytest.mark.multiproc
 
@@ -24,9 +31,20 @@ pytestmark = pytest.mark.multiproc
 @settings(max_examples=examples("test_compute"))
 @given(data=st.data())
 def test_compute(pool, data):
-    """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew; on every
-    call the path taken and the result contract (dtype, shape, device, out= or a fresh result)."""
+    """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew, TP layouts
+    (subgroups, DP replicas, ranks outside the group); on every call the path taken and the result
+    contract (dtype, shape, device, out= or a fresh result)."""
     case = data.draw(compute_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples("test_layers"))
+@given(data=st.data())
+def test_layers(pool, data):
+    """Layers as an engine holds them: several live instances (different N, K, max_M) called interleaved,
+    destroyed and re-created, every instance's state checked; a layer dispatching on should_run / can_run
+    (ranks agree, answers stable, both sides the same shard); on TP layouts too."""
+    case = data.draw(layer_cases(pool.spec.world_size, pool.spec.topology), label="case")
     check_case(pool, case)
 
 
@@ -49,10 +67,23 @@ def test_bad_call(pool, data):
 @settings(max_examples=examples("test_graph_replay"))
 @given(data=st.data())
 def test_graph_replay(pool, data):
-    """CUDA graph captured once, replayed with inputs changed in place and out poisoned before each replay."""
+    """Deep CUDA graphs: several graphs at different M (both sides of the tile switch and of should_run)
+    replayed in interleaved rounds, inputs changed in place and out poisoned before each replay, eager
+    calls between rounds, one round on another stream."""
     if pool.spec.topology == "cpu":
         pytest.skip("CUDA graphs need a GPU topology (cpu topology gates the unfused path on gloo)")
     case = data.draw(graph_cases(pool.spec.world_size, pool.spec.topology), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples("test_streams"))
+@given(data=st.data())
+def test_streams(pool, data):
+    """Calls on a non-default stream while another is busy; inputs overwritten and freed on the caller's
+    stream right after the call returns: the result is that of the inputs at call time."""
+    if pool.spec.topology == "cpu":
+        pytest.skip("CUDA streams need a GPU topology (cpu topology gates the unfused path on gloo)")
+    case = data.draw(streams_cases(pool.spec.world_size, pool.spec.topology), label="case")
     check_case(pool, case)
 
 

@@ -47,11 +47,15 @@ class CaseCalls:
         self.checks: list[CheckResult] = []
         self._held: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (label, result, copy on return)
 
-    def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True):
+    def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True,
+             rank: int | None = None, world_size: int | None = None):
         """``impl(x, w, out=out)`` with the per-call checks. ``captured``: inside a CUDA-graph capture
         (metadata checks only; nothing held). ``hold``: keep the result for ``earlier_results_unchanged``
-        (False for a throwaway instance's result, which the case does not keep as the caller's)."""
-        r, W = self.rank, self.world_size
+        (False for a throwaway instance's result, which the case does not keep as the caller's).
+        ``rank``, ``world_size``: the group rank and size of the TP group the call runs on (default the
+        ledger's): the harness's own knowledge, never the implementation's idea of its rank."""
+        r = self.rank if rank is None else rank
+        W = self.world_size if world_size is None else world_size
         M = int(x.shape[0])
         S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
         expected, reason = impl.expected_path(x, w)
