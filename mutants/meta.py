@@ -92,12 +92,14 @@ class Outcome:
 
 def targets(only: list[str] | None = None, profile: str = "ci", include_correct: bool = True,
             gpu: bool = False) -> list[Target]:
-    """The matrix rows. ``gpu``: the fault-injected builds of the fused kernel (mutants.kernel_faults)
-    on the shared-gpu topology, against the correct ``fused`` implementation."""
+    """The matrix rows. ``gpu``: the fault-injected builds of the fused kernel (mutants.kernel_faults) and
+    its wrapper-level mutants (mutants.dimension_faults) on the shared-gpu topology, against the correct
+    ``fused`` implementation."""
     if gpu:
-        from .kernel_faults import GPU_CATALOGUE as catalogue
+        from .dimension_faults import WRAPPER_CATALOGUE
+        from .kernel_faults import GPU_CATALOGUE
 
-        correct, topology = "fused", "shared-gpu"
+        catalogue, correct, topology = GPU_CATALOGUE + WRAPPER_CATALOGUE, "fused", "shared-gpu"
     else:
         catalogue, correct, topology = CATALOGUE, CORRECT, "cpu"
     specs = [s for s in catalogue if not only or s.name in only]

@@ -21,7 +21,7 @@ from properties.result import CheckResult
 
 from ..case import Case
 from . import bad_call, capacity, compute, dispatch, graph, groups, instances, streams
-from .calls import CallRaised
+from .calls import raised_by_call
 from .context import RankContext, describe_exception, waiver
 
 #: family name (Case.family) -> runner
@@ -83,19 +83,7 @@ def run_family(ctx: RankContext, case: Case, runner) -> list[CheckResult]:
     try:
         checks = runner(ctx, impl, case)
     except Exception as exc:
-        if not _raised_by_call(exc):
+        if not raised_by_call(exc):
             raise
         checks = []  # the failed call_raised check is in the ledger
     return notes + checks
-
-
-def _raised_by_call(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is (or was raised while handling) a valid call's exception: a CUDA-graph capture
-    that ends after a raising call may raise its own error on top of it."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, CallRaised):
-            return True
-        seen.add(id(exc))
-        exc = exc.__context__
-    return False

@@ -39,6 +39,18 @@ class CallRaised(Exception):
     """A valid call of the implementation raised; recorded as a failed ``call_raised`` check."""
 
 
+def raised_by_call(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or was raised while handling) a valid call's exception: a CUDA-graph capture
+    that ends after a raising call may raise its own error on top of it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, CallRaised):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
+
+
 class CaseCalls:
     """The calls of one case on one rank: their checks and the results the caller holds."""
 
@@ -82,6 +94,14 @@ class CaseCalls:
         if hold and not captured:
             self._held.append((f"{tag} (M={M})", y, y.detach().clone()))
         return y
+
+    def capture_failed(self, exc: BaseException, *, tag: str, M: int, rank: int | None = None) -> CallRaised:
+        """Record a CUDA-graph capture of valid call ``tag`` that failed when it ended (the implementation's
+        work left the capture unjoined, synchronised, or ran outside it) as a failed ``call_raised``; return
+        the :class:`CallRaised` to raise."""
+        what = f"capturing valid call {tag} (M={M}) in a CUDA graph"
+        self._record(call_raised(exc, rank=self.rank if rank is None else rank, what=what), tag, M)
+        return CallRaised(f"{type(exc).__name__} while {what}")
 
     def finish(self) -> list[CheckResult]:
         """``earlier_results_unchanged`` over every result held (none held: no check), then let them go."""

@@ -11,6 +11,7 @@ world rank, the layout's order) once per pool and kept (creating gloo groups cos
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import traceback
@@ -22,7 +23,7 @@ from oracle import make_w, make_x, seeded_shard_truth
 
 from ..case import Case
 from ..layouts import Layout, check_layout, replica_seed
-from .calls import CaseCalls
+from .calls import CaseCalls, raised_by_call
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,19 @@ class RankContext:
             raise RuntimeError("RankContext.call outside a case (run_case begins one)")
         return self.calls.call(impl, x, w, out, tag=tag, captured=captured, hold=hold, rank=self.rank,
                                world_size=self.world_size)
+
+    @contextlib.contextmanager
+    def capture(self, graph, *, tag: str, M: int):
+        """``torch.cuda.graph(graph)`` around the implementation's captured call(s) and nothing else of the
+        harness: a capture that fails when it ends is the implementation's failure (a failed
+        ``call_raised``, :class:`~fuzz.families.calls.CallRaised`), not an error of the harness."""
+        try:
+            with torch.cuda.graph(graph):
+                yield
+        except Exception as exc:
+            if raised_by_call(exc):
+                raise
+            raise self.calls.capture_failed(exc, tag=tag, M=M, rank=self.rank) from exc
 
     # inputs ---------------------------------------------------------------------------------
     def input_seed(self, seed: int) -> int:

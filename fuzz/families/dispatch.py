@@ -120,8 +120,12 @@ def captured_step(ctx: RankContext, layer: DispatchLayer, case: Case, M: int, se
     torch.cuda.current_stream().wait_stream(warm)
     ctx.sync()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = layer.forward(x, w, call_op)
+    if side == "op":  # only the implementation's call inside: a failed capture is its failure
+        with ctx.capture(graph, tag=f"{tag}.capture", M=M):
+            y = layer.forward(x, w, call_op)
+    else:
+        with torch.cuda.graph(graph):
+            y = layer.forward(x, w, call_op)
     x.copy_(ctx.x(case, seed + 1, M))
     w.copy_(ctx.w(case, seed + 1))
     y.fill_(float("nan"))

@@ -62,7 +62,7 @@ class Captured:
         ctx.sync()
         self.graph = torch.cuda.CUDAGraph()
         out = self.new_out(ctx, case)
-        with torch.cuda.graph(self.graph):
+        with ctx.capture(self.graph, tag=f"graph{index}_capture", M=M):
             y = ctx.call(impl, self.x, self.w, out, tag=f"graph{index}_capture", captured=True)
         self.out = y if out is None else out  # out= waived: the graph's own output, rewritten by every replay
 
