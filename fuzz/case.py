@@ -36,8 +36,27 @@ capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with C
 bad_call  an invalid call from the bad-call table (fuzz/bad_calls.py; ``bad``: one of its names, or "all"
           for every one in turn on the same instance) raises its typed error and changes nothing
           (bad_call_rejected).
-graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
-          before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
+graph     (CUDA) deep graphs: one graph per M (ms, plus both sides of the tile switch and of should_run's
+          crossover), replayed in interleaved rounds (>= 3) with inputs changed in place and out poisoned
+          before every replay, an eager call between rounds, one round on another stream: every replay
+          within tolerance of a fresh oracle (graph_replay, graph_replay_exact, graph_replay_padding); the
+          next eager call too.
+instances several live instances (the pool's one of the case's shape, ``shapes``: the case's own), calls
+          interleaved (``order``), then ``recreate``: instances closed and built again at other sizes; every
+          call 1-6, other_instances_untouched (across each call, every other instance's state and red
+          zones), should_run_stable (each instance's should_run answers at birth and at the end).
+dispatch  a layer: ``if op.should_run(x) and op.can_run(w): op(x, w) else reduce_scatter(x @ w.T)``, M
+          from ``ms`` and both sides of should_run's crossover: dispatch_agrees_across_ranks,
+          should_run_stable, the implementation's call within tolerance and dispatch_sides_agree with the
+          torch path; (CUDA) the layer captured per M and replayed (dispatch_graph_replay).
+streams   (CUDA) a call on a non-default stream while another is busy, inputs landing late on it and
+          overwritten, freed and reallocated on it right after the call returns: stream_ordered_result,
+          stream_ordered_exact, stream_ordered_padding, guard_regions_untouched.
+
+Any family may run on a TP layout (``layout``: groups of world ranks, fuzz/layouts.py; fuzz/families/
+groups.py): each group runs the family at once on its own instances and its DP replica's inputs, every
+check with the group rank and size (``extra``: group, replica); a rank outside every group checks
+outside_rank_untouched; then every rank makes one verified call on the world (``world_after_layout``).
 """
 
 from __future__ import annotations

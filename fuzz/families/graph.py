@@ -103,8 +103,8 @@ def graph_ms(ctx: RankContext, impl, case: Case) -> list[int]:
     W = ctx.world_size
     probe = torch.empty(case.max_M, case.K, dtype=torch.bfloat16, device=ctx.device)
     mine = list(crossover_neighbours(lambda M: bool(impl.should_run(probe[:M])), case.max_M))
-    small_tiles = getattr(impl, "uses_small_tiles", None)
-    if callable(small_tiles):
+    small_tiles = getattr(impl, "uses_small_tiles", None)  # the fused kernel's tile switch (where it runs)
+    if callable(small_tiles) and impl.can_run(ctx.w(case, case.seed)):
         mine += crossover_neighbours(lambda M: not small_tiles(M), case.max_M)
     union = sorted({M for answer in gather(ctx, mine).values() for M in answer})
     wanted = list(case.ms) + union
