@@ -141,10 +141,10 @@ class RankContext:
         """A new instance on this context's group (construction is collective on the group)."""
         return self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
 
-    def held_impls(self) -> dict[str, object]:
-        """label -> every long-lived instance this rank holds, on any group."""
+    def held_impls(self, *, besides: tuple[int, ...] | None = None) -> dict[str, object]:
+        """label -> every long-lived instance this rank holds, on any group but ``besides`` (members)."""
         return {f"instance group={list(g)} max_M={m} N={n} K={k}": impl
-                for (g, m, n, k), impl in self._impls.items()}
+                for (g, m, n, k), impl in self._impls.items() if g != besides}
 
     def close(self) -> None:
         for impl in self._impls.values():

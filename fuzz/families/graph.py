@@ -39,7 +39,7 @@ from .instances import crossover_neighbours
 from .verified import verified_call
 
 MIN_ROUNDS = 3
-MAX_GRAPHS = 4
+MAX_GRAPHS = 5
 EAGER_SEED_OFFSET = 500
 REPLAY_SEED_STRIDE = 1000
 
@@ -107,7 +107,7 @@ def graph_ms(ctx: RankContext, impl, case: Case) -> list[int]:
     if callable(small_tiles) and impl.can_run(ctx.w(case, case.seed)):
         mine += crossover_neighbours(lambda M: not small_tiles(M), case.max_M)
     union = sorted({M for answer in gather(ctx, mine).values() for M in answer})
-    wanted = list(case.ms) + union
+    wanted = [case.ms[0], *union, *case.ms[1:]]  # the drawn M, both sides of both switches, then the rest
     ms = list(dict.fromkeys(aligned_if_waived(impl, M, W, case.max_M) for M in wanted))
     return ms[:MAX_GRAPHS]
 
