@@ -10,8 +10,9 @@ layout is its DP replica (inputs are drawn per replica: :func:`replica_seed`).
 
 The layouts a world of W ranks draws (:func:`layouts_for`), as engines build them:
 
-* TP x DP, contiguous: W / tp groups of tp consecutive ranks, for every tp dividing W with tp < W
-  (W = 2: 2 x 1; W = 4: 2 x 2 and 4 x 1; W = 8: 2 x 4, 4 x 2 and 8 x 1);
+* TP x DP, contiguous: W / tp groups of tp consecutive ranks, for every tp dividing W with 1 < tp < W,
+  and tp = 1 at W = 2 (W = 2: 2 x 1; W = 4: 2 x 2; W = 8: 2 x 4 and 4 x 2): each replica solves the whole
+  problem, so a layout costs the CPU gate W / tp times a world case — groups of one rank only where W is 2;
 * TP x DP, strided (DP-major numbering): groups {g, g + dp, g + 2 dp, ...} (W = 4: {0, 2}, {1, 3});
 * one non-contiguous group that does not start at rank 0, the other ranks outside: the odd ranks
   (W = 4: {1, 3}; W = 2: {1}); for odd W, ranks 1..W-1 (W = 3: {1, 2}).
@@ -27,7 +28,9 @@ def layouts_for(world_size: int) -> list[Layout]:
     full TP x DP partitions first (they keep every rank busy)."""
     W = world_size
     out: list[Layout] = []
-    for tp in sorted((d for d in range(1, W) if W % d == 0), reverse=True):
+    # tp = 1 (groups of one rank) only at W = 2: every replica does a whole problem alone, W times the
+    # work of a world case, and groups of one are the least collective of all
+    for tp in sorted((d for d in range(1, W) if W % d == 0 and (d > 1 or W == 2)), reverse=True):
         out.append([list(range(g * tp, (g + 1) * tp)) for g in range(W // tp)])
         dp = W // tp
         strided = [list(range(g, W, dp)) for g in range(dp)]
