@@ -5,7 +5,10 @@ time both with CUDA graphs of ``REPS`` back-to-back calls, inputs rotated over e
 the working set exceeds L2, median of ``TRIALS`` graph replays. Prints TFLOP/s of both and the ratio,
 plus the compile seconds per (N, K) configuration.
 
-    python bench/bench_gemm.py [--ms 128,512,...] [--ns 4096,7168] [--ks 2048,4096]
+    python bench/bench_gemm.py [--ms 128,512,...] [--ns 4096,7168] [--ks 2048,4096] [--protocol pull|push]
+
+``--protocol`` picks the tile configs (kernel/fused/tiles.py): pull, 128x256 and 128x128; push, 128x256,
+128x224 and 64x128. The last column names the tile each M used.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def main() -> None:
     p.add_argument("--ms", default="128,512,1024,4096,8192")
     p.add_argument("--ns", default="4096,7168")
     p.add_argument("--ks", default="2048,4096")
+    p.add_argument("--protocol", default="pull", choices=("pull", "push"), help="whose tile configs (W = 1)")
     args = p.parse_args()
     ms = [int(v) for v in args.ms.split(",")]
     ns = [int(v) for v in args.ns.split(",")]
@@ -92,7 +96,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
     dev = torch.device("cuda", 0)
-    print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}")
+    print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {args.protocol} tile configs")
     hdr = (
         f"{'M':>6} {'N':>6} {'K':>6} | {'check':>6} {'max|ours-mm|':>12} | "
         f"{'ours TF/s':>9} {'mm TF/s':>9} {'ratio':>6} | tile"
@@ -102,14 +106,14 @@ def main() -> None:
     max_m = max(ms)
     for N in ns:
         for K in ks:
-            impl = FusedGemmRs(max_M=max_m, N=N, K=K, device=dev, force_fused=True)
+            impl = FusedGemmRs(max_M=max_m, N=N, K=K, device=dev, force_fused=True, protocol=args.protocol)
             for M in ms:
                 verdict, diff = check(impl, M, N, K)
                 tf_o, tf_m = bench_one(impl, M, N, K, dev)
                 print(
                     f"{M:>6} {N:>6} {K:>6} | {verdict:>6} {diff:>12.4g} | "
                     f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} | "
-                    f"{'128x128' if impl.uses_small_tiles(M) else '128x256'}",
+                    "{0.tile_m}x{0.tile_n}".format(impl.tile_configs()[impl.tile_config_index(M)]),
                     flush=True,
                 )
     print(f"\nhost time per eager call (launch only, M={ms[0]}): {host_overhead_us(impl, ms[0]):.1f} us")

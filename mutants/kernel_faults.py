@@ -2,8 +2,9 @@
 mutation meta-test (each must be killed by the suite on a Hopper GPU, W > 1).
 
 Each class is :class:`kernel.fused.FusedGemmRs` compiled with one compile-time switch of
-:data:`kernel.fused.wrapper.KERNEL_FAULTS` on (the switches are described in the design record,
-``kernel/fused/gemm_rs.py``); loadable as ``--impl mutants.kernel_faults:NAME``. The fused path is
+:data:`kernel.fused.config.KERNEL_FAULTS` on, for the protocol the switch belongs to (the switches are
+described in the design records: pull, ``kernel/fused/gemm_rs.py``; push, ``kernel/fused/gemm_rs_push.py``);
+loadable as ``--impl mutants.kernel_faults:NAME``. The fused path is
 forced (``force_fused=True`` by default): a faulted build that silently fell back to the unfused
 implementation would "survive" for the wrong reason, so where the kernel cannot run the call raises
 :class:`kernel.errors.FusedPathUnavailable` instead. At W == 1 (plain GEMM, no cross-rank protocol)
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel.fused.wrapper import KERNEL_FAULTS, FusedGemmRs
+from kernel.fused.config import FAULT_PROTOCOL, KERNEL_FAULTS
+from kernel.fused.wrapper import FusedGemmRs
 
 
 class _FaultedFused(FusedGemmRs):
@@ -24,6 +26,12 @@ class _FaultedFused(FusedGemmRs):
 
     def __init__(self, group=None, *, force_fused: bool = True, **kwargs):
         super().__init__(group, force_fused=force_fused, **kwargs)
+
+
+class _FaultedFusedPush(_FaultedFused):
+    """A push-protocol fused kernel with ``faults`` planted."""
+
+    protocol = "push"
 
 
 class FusedDroppedPeer(_FaultedFused):
@@ -54,6 +62,26 @@ class FusedPaddingWritten(_FaultedFused):
 class FusedWrongOwner(_FaultedFused):
     name = "fused-fault-wrong-owner"
     faults = ("wrong_owner",)
+
+
+class FusedPushConsumerFenceMissing(_FaultedFusedPush):
+    name = "fused-push-fault-consumer-fence-missing"
+    faults = ("consumer_fence_missing",)
+
+
+class FusedPushEarlySignal(_FaultedFusedPush):
+    name = "fused-push-fault-early-signal"
+    faults = ("early_signal",)
+
+
+class FusedPushWrongInboxSlot(_FaultedFusedPush):
+    name = "fused-push-fault-wrong-inbox-slot"
+    faults = ("wrong_inbox_slot",)
+
+
+class FusedPushOwnPartialSkipped(_FaultedFusedPush):
+    name = "fused-push-fault-own-partial-skipped"
+    faults = ("own_partial_skipped",)
 
 
 @dataclass(frozen=True)
@@ -91,10 +119,28 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
     GpuMutantSpec("FusedWrongOwner", "wrong_owner",
                   "wrong owner: rank r reduces and returns the shard of rank (r+1) % W",
                   "within_tolerance / bitwise_equal (exact mode); padded_rows_untouched at tiny M"),
+    GpuMutantSpec("FusedPushConsumerFenceMissing", "consumer_fence_missing",
+                  "push: no proxy fence between acquiring an owner's inbox-free flag and the TMA pushes into it",
+                  "within_tolerance at a late owner (a push of call e+1 lands while the owner reads call e); "
+                  "timing-dependent like relaxed_signal: may need nightly repeats to show"),
+    GpuMutantSpec("FusedPushEarlySignal", "early_signal",
+                  "push: ready raised right after the pushes are issued, before the remote stores completed",
+                  "within_tolerance / bitwise_equal (owner sums a slot the push has not filled yet)"),
+    GpuMutantSpec("FusedPushWrongInboxSlot", "wrong_inbox_slot",
+                  "push: partials land in the inbox slot of source (r+1) % W; the owner reads slot r (stale)",
+                  "within_tolerance / bitwise_equal (exact mode), first call"),
+    GpuMutantSpec("FusedPushOwnPartialSkipped", "own_partial_skipped",
+                  "push: the owner sums its W-1 inbox partials without its own",
+                  "within_tolerance / bitwise_equal (exact mode), first call"),
 )
 
 if {s.fault for s in GPU_CATALOGUE} != set(KERNEL_FAULTS):  # keep the matrix and the switches in step
-    raise RuntimeError("GPU_CATALOGUE does not cover kernel.fused.wrapper.KERNEL_FAULTS one-to-one")
+    raise RuntimeError("GPU_CATALOGUE does not cover kernel.fused.config.KERNEL_FAULTS one-to-one")
+
+
+def protocol_of(spec_: GpuMutantSpec) -> str:
+    """The protocol of the kernel a GPU mutant plants its bug in."""
+    return FAULT_PROTOCOL[spec_.fault][0]
 
 
 def spec(name: str) -> GpuMutantSpec:
@@ -108,10 +154,15 @@ __all__ = [
     "GPU_CATALOGUE",
     "FusedDroppedPeer",
     "FusedPaddingWritten",
+    "FusedPushConsumerFenceMissing",
+    "FusedPushEarlySignal",
+    "FusedPushOwnPartialSkipped",
+    "FusedPushWrongInboxSlot",
     "FusedRelaxedSignal",
     "FusedStaleEpoch",
     "FusedWritePastCapacity",
     "FusedWrongOwner",
     "GpuMutantSpec",
+    "protocol_of",
     "spec",
 ]

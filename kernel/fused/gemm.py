@@ -38,18 +38,28 @@ Persistent tile scheduler: ``grid = min(num_tiles, sm_count)`` CTAs; CTA ``b`` p
 (M fastest inside a group) so that one wave touches a compact block of x rows and w rows (L2 reuse).
 Producer and consumers run the same deterministic schedule, no communication needed.
 
-Epilogue (:meth:`HopperGemmBF16.epilogue`, the part that part 2 replaces with the cross-rank
-reduce-scatter): per (128, 32) sub-tile, accumulators -> bf16 -> ``stmatrix`` into a 4-deep shared
-ring -> ``fence.proxy.async.shared::cta`` -> named barrier over the 256 consumer threads -> one
-thread issues the TMA store (bulk-group ring ``PipelineTmaStore``: a buffer is reused only after its
-store has read shared memory). The producer keeps prefetching the next tile during the epilogue.
+Epilogue (:meth:`HopperGemmBF16.epilogue`; the GEMM-RS kernels store partials through it, the push
+kernel into peers' inboxes through other TMA descriptors): per (128, 32) sub-tile, accumulators -> bf16
+-> ``stmatrix`` into a 4-deep shared ring -> ``fence.proxy.async.shared::cta`` -> named barrier over the
+256 consumer threads -> one thread issues the TMA store (bulk-group ring ``PipelineTmaStore``: a buffer
+is reused only after its store has read shared memory). The producer keeps prefetching the next tile
+during the epilogue.
 
 Shared memory (128x256x64 tile, bf16): 48 KiB per stage, 4 stages = 192 KiB, + 32 KiB epilogue ring
 + barriers, under the 227 KiB a CTA may use on H200. One CTA per SM.
 
 No ``multimem.*`` instruction is emitted (no multicast, cluster 1x1).
 
-Configs used by the wrapper: 128x256x64 (4 stages) and, for small M, 128x128x64 (6 stages).
+Configs used by the wrapper (:mod:`kernel.fused.tiles`, chosen per M): pull protocol 128x256x64 (4 stages)
+and 128x128x64 (6 stages); push protocol 128x256x64, 128x224x64 and 64x128x64 (one consumer warpgroup).
+
+Shared by every kernel (this GEMM and both GEMM + reduce-scatter kernels): ``host_setup``, ``prologue``,
+the producer warp ``produce`` (tile order through ``k_tiles_of``), the consumer pipelines
+(``consumer_pipelines``), the consumer mainloop of one tile (``mma_tile``) and the TMA-store ``epilogue``.
+``mma_tile`` returns the pipeline states and the caller's tile loop assigns them: CuTe DSL carries a
+value through a ``while`` loop only if the loop body assigns it or calls a method on it, so a helper that
+only advanced them would restart every tile at stage 0 (it compiles; the register-normalised PTX pin
+in ``tests/kernel/test_fault_builds.py`` catches it).
 
 Measured (one H200, torch 2.11 cu130, CUDA graphs of 10 calls with inputs rotated past L2, median of
 25; ``bench/bench_gemm.py``; TFLOP/s ours / torch.mm, ratio; outputs bitwise equal to torch.mm):
@@ -66,8 +76,6 @@ Compile: 0.4-0.9 s per (N, K, config). Host time per eager wrapper call: about 3
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -76,35 +84,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
-#: Shared memory a CTA may use on sm_90 (227 KiB).
-SMEM_CAPACITY_SM90 = 227 * 1024
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    """Compile-time configuration of :class:`HopperGemmBF16` (hashable: part of the cache key)."""
-
-    tile_m: int = 128
-    tile_n: int = 256
-    tile_k: int = 64
-    consumer_warpgroups: int = 2
-    epi_tile_n: int = 32
-    epi_stages: int = 4
-    ab_stages: int = 0  # 0: as many as fit in shared memory
-    group_n: int = 8  # raster group width, in column tiles
-    sm_count: int = 132  # persistent CTAs (H200: 132 SMs)
-
-    def validate(self) -> None:
-        if self.tile_k != 64:
-            raise ValueError(f"tile_k must be 64 (one 128-byte swizzle row of bf16), got {self.tile_k}")
-        if self.tile_m != 64 * self.consumer_warpgroups:
-            raise ValueError("tile_m must be 64 * consumer_warpgroups (each consumer owns 64 rows)")
-        if self.tile_n not in (64, 128, 256):
-            raise ValueError(f"tile_n must be 64, 128 or 256, got {self.tile_n}")
-        if self.tile_n % self.epi_tile_n:
-            raise ValueError("epi_tile_n must divide tile_n")
-        if self.group_n < 1 or self.sm_count < 1:
-            raise ValueError("group_n and sm_count must be positive")
+from .config import N_ALIGN, SMEM_CAPACITY_SM90, TILE_N_CHOICES, GemmConfig
 
 
 class HopperGemmBF16:
@@ -117,12 +97,13 @@ class HopperGemmBF16:
         compiled(x_ptr, w_ptr, y_ptr, cutlass.Int32(M), stream)
     """
 
-    def __init__(self, N: int, K: int, config: GemmConfig = GemmConfig()):
+    def __init__(self, N: int, K: int, config: GemmConfig | None = None):
+        config = config or GemmConfig()
         config.validate()
         if K % config.tile_k:
             raise ValueError(f"K={K} must be a multiple of {config.tile_k}")
-        if N % 8:
-            raise ValueError(f"N={N} must be a multiple of 8 (16-byte rows)")
+        if N % N_ALIGN:
+            raise ValueError(f"N={N} must be a multiple of {N_ALIGN} (16-byte rows)")
         self.N, self.K, self.config = int(N), int(K), config
         self.a_dtype = cutlass.BFloat16
         self.b_dtype = cutlass.BFloat16
@@ -175,15 +156,17 @@ class HopperGemmBF16:
         )
 
     @cute.jit
-    def host_setup(self, x_ptr: cute.Pointer, w_ptr: cute.Pointer, c_ptr: cute.Pointer, m: cutlass.Int32):
-        """Host side, shared by both kernels: the tensors over x (M x K), w (N x K) and the C tile target
-        (M x N at ``c_ptr``), their TMA atoms, the persistent grid and the shared-storage struct.
+    def host_setup(self, x_ptr: cute.Pointer, w_ptr: cute.Pointer, c_ptr: cute.Pointer, m: cutlass.Int32,
+                   c_rows=None):
+        """Host side, shared by every kernel: the tensors over x (M x K), w (N x K) and the C tile target
+        (``c_rows`` x N at ``c_ptr``; default M rows), their TMA atoms, the persistent grid over the M x N
+        tiles and the shared-storage struct.
         Returns ((atom_a, tensor_a, atom_b, tensor_b, atom_c, tensor_c), num_m_tiles, grid_x)."""
         self._setup()
         N, K = self.N, self.K
         mA = cute.make_tensor(x_ptr, cute.make_layout((m, K), stride=(K, 1)))
         mB = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
-        mC = cute.make_tensor(c_ptr, cute.make_layout((m, N), stride=(N, 1)))
+        mC = cute.make_tensor(c_ptr, cute.make_layout((m if c_rows is None else c_rows, N), stride=(N, 1)))
 
         tma_atom_a, tma_tensor_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
@@ -272,7 +255,8 @@ class HopperGemmBF16:
                  a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged):
         """Every CTA's set-up, shared by the GEMM and the GEMM-RS kernels: TMA descriptor prefetch, shared
         memory, the TMA->wgmma mainloop pipeline (barriers initialised, not yet waited on), the TMA and
-        MMA partitions, the accumulator fragment."""
+        MMA partitions, the accumulator fragment. The TMA partitions come as ``(tAsA, tAgA, tBsB, tBgB, sA)``
+        (``sA``, the A stages, for kernels whose A tiles do not sit on the M-tile grid)."""
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -330,19 +314,26 @@ class HopperGemmBF16:
         tCrB = tiled_mma.make_fragment_B(tCsB)
         tCgC = thr_mma.partition_C(gC[(None, None, 0, 0)])
         accumulators = cute.make_rmem_tensor(tCgC.shape, self.acc_dtype)
-        return (tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, (tAsA, tAgA, tBsB, tBgB),
+        return (tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, (tAsA, tAgA, tBsB, tBgB, sA),
                 tCrA, tCrB, accumulators)
 
     @cute.jit
-    def produce(self, tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, num_m_tiles):
-        """The producer warp: TMA loads of A and B k-tiles into the pipeline stages, tile after tile."""
-        tAsA, tAgA, tBsB, tBgB = tma_parts
+    def k_tiles_of(self, tma_parts, tile_idx: cutlass.Int32, schedule):
+        """The TMA source k-tiles of A and B for linear tile ``tile_idx`` (``schedule``: what the kernel's
+        tile order needs; here ``num_m_tiles``): ``(tAgA_m, tBgB_n)``, each (TMA, k_tile)."""
+        tAgA, tBgB = tma_parts[1], tma_parts[3]
+        m_tile, n_tile = self.tile_coord(tile_idx, schedule)
+        return tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)]
+
+    @cute.jit
+    def produce(self, tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, schedule):
+        """The producer warp: TMA loads of A and B k-tiles into the pipeline stages, tile after tile, in the
+        order of :meth:`k_tiles_of` (each kernel's tile order)."""
+        tAsA, tBsB = tma_parts[0], tma_parts[2]
         producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
         tile_idx = bidx
         while tile_idx < num_tiles:
-            m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
-            tAgA_m = tAgA[(None, m_tile, None)]
-            tBgB_n = tBgB[(None, n_tile, None)]
+            tAgA_m, tBgB_n = self.k_tiles_of(tma_parts, tile_idx, schedule)
             for k_tile in range(self.k_tile_cnt):
                 mainloop_pipeline.producer_acquire(producer_state)
                 barrier = mainloop_pipeline.producer_get_barrier(producer_state)
@@ -352,6 +343,50 @@ class HopperGemmBF16:
                 producer_state.advance()
             tile_idx += gdim
         mainloop_pipeline.producer_tail(producer_state)
+
+    @cute.jit
+    def consumer_pipelines(self, tCrA: cute.Tensor):
+        """The consumer warpgroups' pipeline state, shared by every kernel: the read and release positions in
+        the TMA->wgmma ring, the k-blocks of a k-tile, and the bulk-group ring of the TMA-store epilogue."""
+        read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        num_k_blocks = cute.size(tCrA, mode=[2])
+
+        store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
+        tma_store_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=self.epi_stage, producer_group=store_group
+        )
+        return read_state, release_state, num_k_blocks, tma_store_pipeline
+
+    @cute.jit
+    def mma_tile(self, tiled_mma: cute.TiledMma, accumulators: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor,
+                 mainloop_pipeline, read_state, release_state, num_k_blocks: cutlass.Constexpr):
+        """The consumer warpgroups' mainloop of one tile, shared by every kernel: ``accumulators = A_tile @
+        B_tile.T`` over all k-tiles, wgmma from the pipeline's stages, one batch in flight; each stage is
+        released once the batch reading it has retired. Returns ``(read_state, release_state)`` advanced: the
+        caller must assign them (``read_state, release_state = self.mma_tile(...)``), or its tile loop does not
+        carry them from one tile to the next (every tile would restart at stage 0, phase 0). It also sets
+        ``tiled_mma``'s ACCUMULATE field inside the caller's loop: the kernel body must not call methods on
+        ``tiled_mma`` itself (pass it to helpers), or a branch would carry that in-loop value out."""
+        accumulators.fill(0.0)
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        cute.nvgpu.warpgroup.fence()
+        for k_tile in range(self.k_tile_cnt):
+            mainloop_pipeline.consumer_wait(read_state)
+            for k_block in cutlass.range_constexpr(num_k_blocks):
+                k_block_coord = (None, None, k_block, read_state.index)
+                cute.gemm(tiled_mma, accumulators, tCrA[k_block_coord], tCrB[k_block_coord], accumulators)
+            cute.nvgpu.warpgroup.commit_group()
+            if k_tile > 0:
+                # the previous batch has retired: its stage may be refilled
+                cute.nvgpu.warpgroup.wait_group(1)
+                mainloop_pipeline.consumer_release(release_state)
+                release_state.advance()
+            read_state.advance()
+        cute.nvgpu.warpgroup.wait_group(0)
+        mainloop_pipeline.consumer_release(release_state)
+        release_state.advance()
+        return release_state, read_state
 
     @cute.kernel
     def kernel(
@@ -381,41 +416,14 @@ class HopperGemmBF16:
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup
-            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            num_k_blocks = cute.size(tCrA, mode=[2])
-
-            store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-            tma_store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stage, producer_group=store_group
-            )
+            read_state, release_state, num_k_blocks, tma_store_pipeline = self.consumer_pipelines(tCrA)
 
             tile_idx = bidx
             tiles_done = cutlass.Int32(0)
             while tile_idx < num_tiles:
                 m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
-
-                accumulators.fill(0.0)
-                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                cute.nvgpu.warpgroup.fence()
-                for k_tile in range(self.k_tile_cnt):
-                    mainloop_pipeline.consumer_wait(read_state)
-                    for k_block in cutlass.range_constexpr(num_k_blocks):
-                        k_block_coord = (None, None, k_block, read_state.index)
-                        cute.gemm(
-                            tiled_mma, accumulators, tCrA[k_block_coord], tCrB[k_block_coord], accumulators
-                        )
-                    cute.nvgpu.warpgroup.commit_group()
-                    if k_tile > 0:
-                        # the previous batch has retired: its stage may be refilled
-                        cute.nvgpu.warpgroup.wait_group(1)
-                        mainloop_pipeline.consumer_release(release_state)
-                        release_state.advance()
-                    read_state.advance()
-                cute.nvgpu.warpgroup.wait_group(0)
-                mainloop_pipeline.consumer_release(release_state)
-                release_state.advance()
-
+                release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB, mainloop_pipeline,
+                                                          read_state, release_state, num_k_blocks)
                 self.epilogue(
                     tiled_mma,
                     accumulators,
@@ -443,10 +451,14 @@ class HopperGemmBF16:
         consumer_tidx: cutlass.Int32,
         warp_idx: cutlass.Int32,
         tiles_done: cutlass.Int32,
+        store_atoms=None,
+        store_index=None,
     ):
         """Accumulators of one (BM, BN) tile -> bf16 -> shared -> TMA store into ``gC_tile``.
 
-        Called by all consumer threads; the TMA store clips rows >= M. Part 2 replaces this method.
+        Called by all consumer threads; the TMA store clips rows past the C tensor. ``store_atoms``: TMA
+        store atoms of other targets with the same tiling as C (their coordinates are ``gC_tile``'s); the
+        store then goes through ``store_atoms[store_index]`` (run-time index) instead of ``tma_atom_c``.
         """
         copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(
             LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
@@ -482,7 +494,12 @@ class HopperGemmBF16:
             self.epilog_barrier.arrive_and_wait()
             gmem_coord = epi_tile_layout.get_hier_coord(epi_idx)
             if warp_idx == self.epi_store_warp_id:
-                cute.copy(tma_atom_c, bSG_sC[(None, epi_buffer)], bSG_gC[(None, gmem_coord)])
+                if cutlass.const_expr(store_atoms is None):
+                    cute.copy(tma_atom_c, bSG_sC[(None, epi_buffer)], bSG_gC[(None, gmem_coord)])
+                else:
+                    for q in cutlass.range_constexpr(len(store_atoms)):
+                        if store_index == q:
+                            cute.copy(store_atoms[q], bSG_sC[(None, epi_buffer)], bSG_gC[(None, gmem_coord)])
                 tma_store_pipeline.producer_commit()
                 tma_store_pipeline.producer_acquire()
             self.epilog_barrier.arrive_and_wait()
@@ -495,4 +512,4 @@ def smem_bytes(config: GemmConfig, ab_stage: int) -> int:
     return ab + epi + 16 * ab_stage + 3 * 1024
 
 
-__all__ = ["GemmConfig", "HopperGemmBF16", "SMEM_CAPACITY_SM90", "smem_bytes"]
+__all__ = ["GemmConfig", "HopperGemmBF16", "SMEM_CAPACITY_SM90", "TILE_N_CHOICES", "smem_bytes"]

@@ -18,18 +18,10 @@ Why it is bitwise repeatable: each output element is ``bf16((P_0 + P_1) + ... + 
 partials widened exactly to fp32 and added in a fixed order, whatever the arrival order of the partials
 (so it also equals ``torch`` summing the same fp32 partials in rank order).
 
-Flags (u32 words in each rank's symmetric flag area; layout in :mod:`kernel.fused.workspace`):
+Flags (u32 words in each rank's symmetric flag area; layout in :mod:`kernel.fused.config`). ``epoch``,
+``finished``, ``done`` and the spins are the protocol both GEMM-RS kernels share, stated in
+:mod:`kernel.fused.rs_protocol`; here what is particular to the pull protocol:
 
-``epoch`` (local word). Number of calls this rank's kernel has completed. Every consumer thread
-    reads it (``ld.relaxed.gpu``) at kernel start: this call's epoch is ``e = epoch + 1`` (0 is
-    skipped on wrap: 0 means "never"). Written once, ``st.relaxed.gpu``, by the *last* CTA to
-    finish (see ``finished``), so no CTA of this call can read the new value; the kernel boundary
-    orders it before the next call's reads. Lives on the device: CUDA-graph replays advance it,
-    the host never resets it.
-``finished`` (local word). ``atom.acq_rel.gpu.add`` by one thread per CTA after the CTA's last
-    reduction load and store (CTA barrier first). The CTA that gets ``grid - 1`` is last: every
-    other CTA's reads of this call happen-before its next actions (acq_rel chain). It resets the
-    word to 0 (nobody else touches it until the next launch, which stream order puts after this one).
 ``ready[src][tile]`` (in the owner's area, written by ``src``). After the TMA stores of a tile's
     partial complete (``cp.async.bulk.wait_group 0`` in every lane of the store warp, then
     ``fence.proxy.async.global``, then ``__syncwarp``), lane 0 does ``st.release.sys`` of ``e`` into
@@ -39,16 +31,10 @@ Flags (u32 words in each rank's symmetric flag area; layout in :mod:`kernel.fuse
     other threads' plain ``ld.global.v4`` peer loads are ordered after the acquire by that barrier.
     Equality is enough: a slot holds an older epoch until ``src`` signals this call, and never a newer
     one (``src`` cannot start call e+1 before the owner finished reading in e, see ``done``).
-``done[p]`` (in rank q's area, written by rank p). The last CTA of rank p's call e, after all of
-    p's reduction loads (acq_rel chain above), does ``st.release.sys`` of ``e`` into ``done[p]`` of
-    every rank (itself included). Before rank q overwrites its partials in call e+1, the store warp
-    of every CTA spins ``ld.acquire.sys`` until ``done[p]`` has *reached* e (the previous epoch, read
-    from the ``epoch`` word; wrap-safe signed difference >= 0) for every p, then
-    ``fence.proxy.async.global`` before its TMA stores. "Reached", not "equals": a peer with no rows
-    to reduce (or whose tiles came from q's early CTAs) can finish call e+1 and publish ``done = e+1``
-    before q's late CTAs even start their wait (seen on the GPU: W=2, M=1 deadlocked with equality).
-    It can never be two ahead (its call e+2 would need q's ``done`` of e+1). So a rank never
-    overwrites a partial a peer may still be reading: one buffer, no alternation needed.
+``done[p]`` (in rank q's area, written by rank p): p finished its reduction loads of call e (of
+    every rank's partials). Before rank q overwrites its partials in call e+1, its store warps wait
+    until every ``done[p]`` has reached e. So a rank never overwrites a partial a peer may still be
+    reading: one buffer, no alternation needed.
 
 Deadlock freedom. (1) Within a call, a CTA does all of its production (GEMM tiles, stores,
 signals) before any cross-CTA wait; production waits on nothing but ``done`` of the *previous*
@@ -61,6 +47,8 @@ processes whose kernels time-slice: a spinning kernel is pre-empted and the peer
 the spins make progress (nanosleep backoff keeps the spinning lanes light). A late rank only delays
 the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables) executes
 ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
+
+The rank is a launch argument (``Int32``): one compile per (N, K, config, W) serves every rank.
 
 Wrap-around. ``e`` is a u32 that skips 0; flags are compared for equality. A stale slot could only
 alias after exactly 2^32 - 1 calls without being rewritten.
@@ -75,8 +63,8 @@ st.release.sys (flag) -> ld.acquire.sys + bar.sync -> ld.global peer loads; read
 bar.sync + atom.acq_rel.gpu -> st.release.sys (done) -> ld.acquire.sys + proxy fence -> TMA overwrite.
 No ``multimem.*`` instruction, no multicast object.
 
-Fault-injected builds (release gate, mutation meta-test). ``faults`` (names from
-:data:`kernel.fused.wrapper.KERNEL_FAULTS`, part of the compile-cache key) plants one real bug class
+Fault-injected builds (release gate, mutation meta-test). ``faults`` (pull names of
+:data:`kernel.fused.config.KERNEL_FAULTS`, part of the compile-cache key) plants one real bug class
 per name through ``cutlass.const_expr`` branches: with no fault the traced code is exactly the code
 above, so the default build's PTX is byte-identical to a build without the switches (pinned by
 ``tests/kernel/test_fault_builds.py``). ``dropped_peer``: the reduction adds partials 0..W-2 only.
@@ -98,33 +86,24 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, Int64
 
 from . import ptx
-from .gemm import GemmConfig, HopperGemmBF16
-from .workspace import DONE_BASE, EPOCH_WORD, FINISHED_WORD, READY_BASE
-from .wrapper import normalize_faults
-
-SPIN_SLEEP_NS = 64
+from .config import READY_BASE
+from .rs_protocol import CrossRankGemm
 
 
-class HopperGemmRsBF16(HopperGemmBF16):
-    """Fused GEMM + reduce-scatter for (N, K, W, rank); M is a run-time argument.
+class HopperGemmRsBF16(CrossRankGemm):
+    """Fused GEMM + reduce-scatter, pull protocol, for (N, K, config, W); M and the rank are run-time.
 
-    ``compiled(x, w, out, partials[W], flags[W], M, slots, stream)``: raw pointers; ``partials[p]`` /
-    ``flags[p]`` are rank p's symmetric partial buffer and flag area (peer pointers)."""
+    ``compiled(x, w, out, own_partials, M, slots, rank, stream, *partials[W], *flags[W])``: raw pointers;
+    ``partials[p]`` / ``flags[p]`` are rank p's symmetric partial buffer and flag area (peer pointers),
+    ``own_partials`` is ``partials[rank]`` (the TMA store target, built on the host side). The peer
+    pointers come last, one argument each (CuTe DSL 4.8.1 exports no list argument)."""
 
-    def __init__(self, N: int, K: int, config: GemmConfig, world_size: int, rank: int,
-                 spin_timeout_s: float = 60.0, faults=()):
-        super().__init__(N, K, config)
-        if not 2 <= world_size <= DONE_BASE:
-            raise ValueError(f"world_size must be in 2..{DONE_BASE}, got {world_size}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
-        self.world_size, self.rank = int(world_size), int(rank)
-        self.spin_timeout_ns = int(spin_timeout_s * 1e9)
-        self.vec_per_row = config.tile_n // 8  # 16-byte vectors in a tile row
-        # Fault-injected build (module docstring); every switch is a trace-time constant.
-        self.faults = normalize_faults(faults)
+    protocol = "pull"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.vec_per_row = self.config.tile_n // 8  # 16-byte vectors in a tile row
         self.peers_summed = self.world_size - 1 if "dropped_peer" in self.faults else self.world_size
-        self.reduce_owner = (self.rank + 1) % self.world_size if "wrong_owner" in self.faults else self.rank
 
     # --- host side --------------------------------------------------------------------------------
     @cute.jit
@@ -133,13 +112,16 @@ class HopperGemmRsBF16(HopperGemmBF16):
         x_ptr: cute.Pointer,
         w_ptr: cute.Pointer,
         out_ptr: cute.Pointer,
-        partial_ptrs: list,
-        flag_ptrs: list,
+        own_partial_ptr: cute.Pointer,
         m: cutlass.Int32,
         slots: cutlass.Int32,
+        rank: cutlass.Int32,
         stream: cuda.CUstream,
+        *peer_ptrs,
     ):
-        atoms, num_m_tiles, grid_x = self.host_setup(x_ptr, w_ptr, partial_ptrs[self.rank], m)
+        W = self.world_size
+        partial_ptrs, flag_ptrs = list(peer_ptrs[:W]), list(peer_ptrs[W:])
+        atoms, num_m_tiles, grid_x = self.host_setup(x_ptr, w_ptr, own_partial_ptr, m)
         self.kernel(
             *atoms,
             self.tiled_mma,
@@ -149,6 +131,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
             num_m_tiles,
             m,
             slots,
+            rank,
             out_ptr,
             partial_ptrs,
             flag_ptrs,
@@ -161,37 +144,15 @@ class HopperGemmRsBF16(HopperGemmBF16):
 
     # --- device side: flags -----------------------------------------------------------------------
     @cute.jit
-    def not_yet(self, seen: Int32, expected: Int32, at_least: cutlass.Constexpr):
-        """Still waiting: ``seen != expected`` or, with ``at_least``, ``seen`` before ``expected``
-        (wrap-safe epoch order: signed difference)."""
-        if cutlass.const_expr(at_least):
-            return seen - expected < 0
-        return seen != expected
-
-    @cute.jit
-    def spin_until(self, addr: Int64, expected: Int32, at_least: cutlass.Constexpr):
-        """Spin (``ld.acquire.sys``, nanosleep backoff) until the u32 at ``addr`` equals ``expected`` (or,
-        with ``at_least``, is ``expected`` or a later epoch); trap after ``spin_timeout_s`` of no progress."""
-        seen = ptx.ld_acquire_sys_u32(addr)
-        if self.not_yet(seen, expected, at_least):
-            t0 = ptx.globaltimer_ns()
-            while self.not_yet(seen, expected, at_least):
-                ptx.nanosleep(SPIN_SLEEP_NS)
-                seen = ptx.ld_acquire_sys_u32(addr)
-                if cutlass.const_expr(self.spin_timeout_ns > 0):
-                    if ptx.globaltimer_ns() - t0 > Int64(self.spin_timeout_ns):
-                        ptx.trap()
-
-    @cute.jit
     def signal_owners(self, flag_ptrs: list, m_tile: Int32, n_tile: Int32, m: Int32, shard: Int32,
-                      slots: Int32, epoch: Int32):
-        """``st.release.sys`` of ``epoch`` into ready[self.rank][tile] of every rank owning tile rows."""
+                      slots: Int32, rank: Int32, epoch: Int32):
+        """``st.release.sys`` of ``epoch`` into ready[rank][tile] of every rank owning tile rows."""
         row_lo = m_tile * self.tile_shape_mnk[0]
         row_hi = cutlass.min(row_lo + self.tile_shape_mnk[0], m) - 1
         owner_lo = row_lo // shard
         owner_hi = row_hi // shard
         slot = m_tile * self.num_n_tiles + n_tile
-        word = Int64(READY_BASE) + Int64(self.rank) * Int64(slots) + Int64(slot)
+        word = Int64(READY_BASE) + Int64(rank) * Int64(slots) + Int64(slot)
         for o in cutlass.range_constexpr(self.world_size):
             if owner_lo <= o and o <= owner_hi:
                 if cutlass.const_expr("relaxed_signal" in self.faults):
@@ -216,11 +177,12 @@ class HopperGemmRsBF16(HopperGemmBF16):
         num_m_tiles: cutlass.Int32,
         m: cutlass.Int32,
         slots: cutlass.Int32,
+        rank: cutlass.Int32,
         out_ptr: cute.Pointer,
         partial_ptrs: list,
         flag_ptrs: list,
     ):
-        W, r = self.world_size, self.rank
+        W = self.world_size
         tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, tma_parts, tCrA, tCrB, accumulators = (
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
                           a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))
@@ -234,54 +196,23 @@ class HopperGemmRsBF16(HopperGemmBF16):
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup
-            my_flags = flag_ptrs[r].toint()
-            prev_epoch = ptx.ld_relaxed_gpu_u32(my_flags + Int64(EPOCH_WORD * 4))
-            epoch = prev_epoch + 1
-            if epoch == 0:
-                epoch = Int32(1)
+            my_flags = self.peer_addr(flag_ptrs, rank)
+            prev_epoch, epoch = self.call_epoch(my_flags)
             shard = (m + W - 1) // W
 
             # Before the first TMA store overwrites our partials: every rank finished reading the
-            # previous call's (done[p] == previous epoch). Spun on by the lanes that issue the stores.
+            # previous call's (done[p] reached the previous epoch). Spun on by the lanes that issue the stores.
             if warp_idx == self.epi_store_warp_id:
-                for p in cutlass.range_constexpr(W):
-                    self.spin_until(my_flags + Int64((DONE_BASE + p) * 4), prev_epoch, True)
-                cute.arch.fence_proxy("async.global")
+                self.wait_peers_done(my_flags, prev_epoch)
 
-            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
-            num_k_blocks = cute.size(tCrA, mode=[2])
-
-            store_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads)
-            tma_store_pipeline = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stage, producer_group=store_group
-            )
+            read_state, release_state, num_k_blocks, tma_store_pipeline = self.consumer_pipelines(tCrA)
 
             tile_idx = bidx
             tiles_done = cutlass.Int32(0)
             while tile_idx < num_tiles:
                 m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
-
-                accumulators.fill(0.0)
-                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                cute.nvgpu.warpgroup.fence()
-                for k_tile in range(self.k_tile_cnt):
-                    mainloop_pipeline.consumer_wait(read_state)
-                    for k_block in cutlass.range_constexpr(num_k_blocks):
-                        k_block_coord = (None, None, k_block, read_state.index)
-                        cute.gemm(
-                            tiled_mma, accumulators, tCrA[k_block_coord], tCrB[k_block_coord], accumulators
-                        )
-                    cute.nvgpu.warpgroup.commit_group()
-                    if k_tile > 0:
-                        cute.nvgpu.warpgroup.wait_group(1)
-                        mainloop_pipeline.consumer_release(release_state)
-                        release_state.advance()
-                    read_state.advance()
-                cute.nvgpu.warpgroup.wait_group(0)
-                mainloop_pipeline.consumer_release(release_state)
-                release_state.advance()
-
+                release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB, mainloop_pipeline,
+                                                          read_state, release_state, num_k_blocks)
                 self.epilogue(
                     tiled_mma,
                     accumulators,
@@ -300,17 +231,19 @@ class HopperGemmRsBF16(HopperGemmBF16):
                         cute.arch.fence_proxy("async.global")
                     cute.arch.sync_warp()
                     if consumer_tidx == 0:
-                        self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, epoch)
+                        self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, rank, epoch)
                 tiles_done += 1
                 tile_idx += gdim
             tma_store_pipeline.producer_tail()
 
             # --- reduction of this rank's shard: rows [r*S, min(r*S+S, M)) ---------------------------
-            row_begin = shard * self.reduce_owner  # == shard * r unless wrong_owner
-            row_end = cutlass.min(row_begin + shard, m)
+            reduce_owner = rank
             red_flags = my_flags
-            if cutlass.const_expr(self.reduce_owner != r):
-                red_flags = flag_ptrs[self.reduce_owner].toint()
+            if cutlass.const_expr("wrong_owner" in self.faults):
+                reduce_owner = (rank + 1) % W
+                red_flags = self.peer_addr(flag_ptrs, reduce_owner)
+            row_begin = shard * reduce_owner
+            row_end = cutlass.min(row_begin + shard, m)
             if row_begin < row_end:
                 bm, bn = self.tile_shape_mnk[0], self.tile_shape_mnk[1]
                 mt0 = row_begin // bm
@@ -364,7 +297,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
                 # one row past the W*S padded partial rows (== capacity, so guard A, when S == S_max)
                 zeros = [Float32(0.0)] * 8
                 if bidx == 0:
-                    past = Int64(shard * W) * Int64(self.N) * 2 + partial_ptrs[r].toint()
+                    past = Int64(shard * W) * Int64(self.N) * 2 + self.peer_addr(partial_ptrs, rank)
                     cv = consumer_tidx
                     while cv < self.N // 8:
                         ptx.st_f32x8_as_bf16(past + Int64(cv) * 16, zeros)
@@ -373,13 +306,7 @@ class HopperGemmRsBF16(HopperGemmBF16):
             # --- call finished: the last CTA publishes done and advances the epoch ------------------
             self.epilog_barrier.arrive_and_wait()
             if consumer_tidx == 0:
-                prior = ptx.atom_add_acq_rel_gpu_u32(my_flags + Int64(FINISHED_WORD * 4), 1)
-                if prior == gdim - 1:
-                    ptx.st_relaxed_gpu_u32(my_flags + Int64(FINISHED_WORD * 4), 0)
-                    for p in cutlass.range_constexpr(W):
-                        ptx.st_release_sys_u32(flag_ptrs[p].toint() + Int64((DONE_BASE + r) * 4), epoch)
-                    if cutlass.const_expr("stale_epoch" not in self.faults):
-                        ptx.st_relaxed_gpu_u32(my_flags + Int64(EPOCH_WORD * 4), epoch)
+                self.finish_call(flag_ptrs, my_flags, rank, epoch, gdim, "stale_epoch" not in self.faults)
 
 
 __all__ = ["HopperGemmRsBF16"]

@@ -8,7 +8,10 @@ says what the design record (:mod:`kernel.fused.gemm_rs`) claims:
 * ``atom.acq_rel.gpu.global.add.u32`` -- count this kernel's finished CTAs (local, one GPU);
 * ``ld.relaxed.gpu`` / ``st.relaxed.gpu`` -- the epoch word, read at kernel start, written by the last CTA;
 * ``ld.global.v4.b32`` -- a 16-byte peer load of 8 bf16 partials (after an acquire + CTA barrier);
-* ``st.global.v4.b32`` -- 8 bf16 results into ``out``.
+* ``st.global.v4.b32`` -- 8 bf16 results into ``out``;
+* ``ld.global.cg.b32`` (predicated) -- two bf16 inbox partials (push protocol);
+* ``cvt.rn.bf16x2.f32`` -- two accumulators rounded to their bf16 partials (push protocol);
+* ``add.rn.f32`` of bf16 widened by ``shl``/``and`` -- the rank-order sum (push protocol).
 
 No ``multimem`` instruction anywhere. Addresses are ``Int64`` byte addresses (``ptr.toint()`` + offset).
 """
@@ -138,13 +141,61 @@ def st_f32x8_as_bf16(addr, vals, *, loc=None, ip=None) -> None:
     )
 
 
+@dsl_user_op
+def ld_b32_if(addr, pred, *, loc=None, ip=None) -> Int32:
+    """If ``pred`` (i32, nonzero): the 4 bytes at ``addr`` (two bf16, an inbox partial pair); else 0 (no load).
+    ``.cg``: cached in L2 only -- a partial is read once, and an L1 line holding columns of another (not yet
+    signalled) tile of the same call can never serve it."""
+    return Int32(
+        llvm.inline_asm(
+            T.i32(),
+            [_i64(addr, loc, ip), _i32(pred, loc, ip)],
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\tmov.b32 $0, 0;\n\t@p ld.global.cg.b32 $0, [$1];\n\t}",
+            "=r,l,r",
+            has_side_effects=True, asm_dialect=0, loc=loc, ip=ip,
+        )
+    )
+
+
+@dsl_user_op
+def pack_bf16x2(lo, hi, *, loc=None, ip=None) -> Int32:
+    """Two f32 rounded to bf16 (round to nearest even, as the partial a rank sends), ``lo`` in the low half."""
+    return Int32(
+        llvm.inline_asm(
+            T.i32(),
+            [Float32(lo).ir_value(loc=loc, ip=ip), Float32(hi).ir_value(loc=loc, ip=ip)],
+            "cvt.rn.bf16x2.f32 $0, $2, $1;",
+            "=r,f,f",
+            has_side_effects=False, asm_dialect=0, loc=loc, ip=ip,
+        )
+    )
+
+
+@dsl_user_op
+def add_bf16x2(acc_lo, acc_hi, pair, *, loc=None, ip=None) -> tuple:
+    """``(acc_lo + lo(pair), acc_hi + hi(pair))`` in f32: the two bf16 of ``pair`` widened bit-exactly."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32(), T.f32()]),
+        [Float32(acc_lo).ir_value(loc=loc, ip=ip), Float32(acc_hi).ir_value(loc=loc, ip=ip), _i32(pair, loc, ip)],
+        "{\n\t.reg .f32 a, b;\n\tshl.b32 a, $4, 16;\n\tand.b32 b, $4, 0xffff0000;\n\t"
+        "add.rn.f32 $0, $2, a;\n\tadd.rn.f32 $1, $3, b;\n\t}",
+        "=f,=f,f,f,r",
+        has_side_effects=False, asm_dialect=0, loc=loc, ip=ip,
+    )
+    return (Float32(llvm.extractvalue(T.f32(), res, [0], loc=loc, ip=ip)),
+            Float32(llvm.extractvalue(T.f32(), res, [1], loc=loc, ip=ip)))
+
+
 __all__ = [
     "atom_add_acq_rel_gpu_u32",
     "globaltimer_ns",
     "ld_acquire_sys_u32",
+    "add_bf16x2",
+    "ld_b32_if",
     "ld_bf16x8_as_f32",
     "ld_relaxed_gpu_u32",
     "nanosleep",
+    "pack_bf16x2",
     "st_f32x8_as_bf16",
     "st_relaxed_gpu_u32",
     "st_relaxed_sys_u32",

@@ -4,11 +4,14 @@ Layout of each rank's symmetric buffer (bytes; every section 128-byte aligned)::
 
     [ partials: W*S_max rows x N bf16 ][ guard A ][ flags: u32 words ][ guard B ]
 
-* partials -- this rank's bf16 GEMM partial ``x_r @ w_r.T`` (rows 0..M-1 of a call); peers read it.
+* partials -- pull protocol: this rank's bf16 GEMM partial ``x_r @ w_r.T`` (rows 0..M-1 of a call); peers
+  read it. Push protocol: this rank's inbox, W slots of ``S_max`` rows; slot ``src`` receives rank src's
+  partial of this rank's shard (peers write it, this rank reads it).
 * guard A  -- red zone right after the partials (fixed int16 pattern, never written).
-* flags    -- u32 words (see :mod:`kernel.fused.gemm_rs` for semantics):
+* flags    -- u32 words (layout constants in :mod:`kernel.fused.config`; semantics in
+  :mod:`kernel.fused.rs_protocol` and the two kernels' design records):
   ``EPOCH_WORD`` (completed calls of this rank), ``FINISHED_WORD`` (CTAs done in the running call),
-  ``DONE_BASE + p`` (last epoch in which rank p finished reading this rank's partials),
+  ``DONE_BASE + p`` (last epoch in which rank p finished reading: pull, this rank's partials; push, its inbox),
   ``READY_BASE + src * slots + tile`` (epoch in which rank ``src``'s partial of ``tile`` is stored).
 * guard B  -- red zone right after the flags.
 
@@ -22,10 +25,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-EPOCH_WORD = 0
-FINISHED_WORD = 1
-DONE_BASE = 32  # W <= 32
-READY_BASE = 64
+from .config import DONE_BASE, EPOCH_WORD, FINISHED_WORD, MAX_WORLD_SIZE, READY_BASE
+
 GUARD_BYTES = 4096
 ALIGN = 128
 
@@ -45,12 +46,24 @@ def tile_slots(max_M: int, N: int, tiles_mn: list[tuple[int, int]]) -> int:
     return max(-(-max_M // tm) * -(-N // tn) for tm, tn in tiles_mn)
 
 
+def use_cuda_backend(device) -> None:
+    """Symmetric memory from peer-mapped cuMem allocations (no NVSHMEM, no NVLS), unless a backend was
+    already chosen in this process (then it stays: torch fixes it at the first allocation)."""
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    try:
+        if symm_mem.get_backend(device) is None:
+            symm_mem.set_backend("CUDA")
+    except Exception:  # noqa: BLE001, S110 -- older torch, or a backend set elsewhere first: keep it
+        pass
+
+
 class WorkspaceLayout:
     """Byte offsets of the sections for (W, max_M, N, slots)."""
 
     def __init__(self, world_size: int, max_M: int, N: int, slots: int):
-        if world_size > DONE_BASE:
-            raise ValueError(f"W={world_size} > {DONE_BASE} done slots")
+        if world_size > MAX_WORLD_SIZE:
+            raise ValueError(f"W={world_size} > {MAX_WORLD_SIZE}, the most ranks the flag area has done words for")
         self.world_size, self.N, self.slots = world_size, N, slots
         self.s_max = -(-max_M // world_size)
         self.partial_rows = world_size * self.s_max
@@ -71,11 +84,7 @@ class SymmetricWorkspace:
 
         self.layout = layout
         self.device = device
-        try:
-            if symm_mem.get_backend(device) is None:
-                symm_mem.set_backend("CUDA")  # peer-mapped cuMem allocations, no NVSHMEM/NVLS
-        except Exception:  # noqa: BLE001, S110 -- older torch, or a backend set elsewhere first: keep it
-            pass
+        use_cuda_backend(device)
         self.buf = symm_mem.empty(layout.total, dtype=torch.uint8, device=device)
         L = layout
         self.partials = self.buf[: L.partial_rows * L.N * 2].view(torch.bfloat16).view(L.partial_rows, L.N)
@@ -99,3 +108,17 @@ class SymmetricWorkspace:
     def close(self) -> None:
         self.handle = None
         self.buf = self.partials = self.flags = None
+
+
+__all__ = [
+    "DONE_BASE",
+    "EPOCH_WORD",
+    "FINISHED_WORD",
+    "GUARD_BYTES",
+    "READY_BASE",
+    "SymmetricWorkspace",
+    "WorkspaceLayout",
+    "guard_words",
+    "tile_slots",
+    "use_cuda_backend",
+]

@@ -1,12 +1,14 @@
 """Host wrapper of the fused kernel: ``FusedGemmRs``, the implementation named ``"fused"``.
 
 W == 1: the fused operation *is* the GEMM (the shard is all M rows) and runs the CuTe DSL Hopper GEMM
-(:mod:`kernel.fused.gemm`). W in (2, 4, 8): the fused GEMM + reduce-scatter kernel
-(:mod:`kernel.fused.gemm_rs`, whose docstring is the protocol's design record) over a symmetric
-workspace (:mod:`kernel.fused.workspace`) allocated *collectively at construction* -- every rank
-constructs its instances in the same order -- with ``torch.distributed._symmetric_memory`` (works
-with a gloo group, ranks sharing one GPU with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, and with
-NCCL, one GPU per rank). Multicast is never used. Whatever ``can_run`` rejects goes to
+(:mod:`kernel.fused.gemm`). W in (2, 4, 8, 16): a fused GEMM + reduce-scatter kernel of the instance's
+``protocol`` -- ``"pull"`` (:mod:`kernel.fused.gemm_rs`, the default, proven on the GPU) or ``"push"``
+(:mod:`kernel.fused.gemm_rs_push`, communication overlapped with the GEMM; :class:`FusedGemmRsPush`);
+their docstrings are the protocols' design records -- over a symmetric workspace
+(:mod:`kernel.fused.workspace`) allocated *collectively at construction* -- every rank constructs its
+instances in the same order -- with ``torch.distributed._symmetric_memory`` (works with a gloo group,
+ranks sharing one GPU with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, and with NCCL, one GPU per
+rank). Multicast is never used. Whatever ``can_run`` rejects goes to
 :class:`kernel.unfused.UnfusedGemmRs` built with the same group, max_M, N, K and device, and
 ``last_path`` says ``"unfused"``; with ``force_fused=True`` such a call raises
 :class:`kernel.errors.FusedPathUnavailable` instead, after the bad-call checks and before any work.
@@ -14,11 +16,15 @@ NCCL, one GPU per rank). Multicast is never used. Whatever ``can_run`` rejects g
 Per call: the base class checks (dtype, device, shapes, contiguity, 16-byte alignment, 1 <= M <= max_M)
 run first, metadata only, ``if ...: raise``; then one kernel launch on the current torch stream.
 No host sync, no allocation when ``out=`` is given, no host state that a CUDA-graph replay would not
-reproduce: the TMA descriptors are built at launch from (pointer, M) and live in the kernel
+reproduce: the TMA descriptors are built at launch from (pointer, M, rank) and live in the kernel
 parameters, and the cross-rank epoch lives on the device (the kernel advances it). Kernels are
-compiled once per (N, K, config[, W, rank]) in the constructor and serve every M. Two tile configs:
-128x256, and 128x128 for small M (:meth:`FusedGemmRs.uses_small_tiles`, a function of M only, so every
-rank picks the same one).
+compiled once per (N, K, config[, W, protocol]) in the constructor -- the rank is a launch argument, so
+the ranks of a group share one compile (one per host with ``GEMM_RS_KERNEL_CACHE_DIR``, see
+:mod:`kernel.fused.compile`) -- and serve every M. The tile config of a call (:mod:`kernel.fused.tiles`)
+is a function of M only, so every rank picks the same one.
+
+``should_run(x)``: M >= the crossover measured by ``bench/bench_gemm_rs.py`` for this (N, K, W, protocol)
+(``kernel/fused/crossover.json``, :mod:`kernel.fused.crossover`), else the contract default 128.
 
 ``state_tensors()`` -> the partials and the flag words only this rank writes (a rejected call leaves
 them bit-identical; words peers write into this rank's area change whenever peers run);
@@ -27,7 +33,7 @@ fixed pattern at construction. ``close()`` waits for the device and the group (s
 this rank's partials) and frees the workspace; it is collective like construction.
 
 Requirements of the fused path: CUDA device of capability (9, 0) (Hopper, sm_90a); bf16, contiguous,
-16-byte aligned operands; K % 64 == 0; N % 8 == 0; W in (1, 2, 4, 8); nvidia-cutlass-dsl importable;
+16-byte aligned operands; K % 64 == 0; N % 8 == 0; W in (1, 2, 4, 8, 16); nvidia-cutlass-dsl importable;
 for W > 1 torch symmetric memory.
 """
 
@@ -40,37 +46,19 @@ import torch
 from ..checks import ALIGN_BYTES
 from ..errors import FusedPathUnavailable
 from ..interface import Eligibility, GemmRsImplementation
-
-K_TILE = 64
-N_ALIGN = 8
-SUPPORTED_CAPABILITY = (9, 0)
-FUSED_WORLD_SIZES = (1, 2, 4, 8)
-SPIN_TIMEOUT_S = 60.0  # a cross-rank wait that long traps (a CUDA error) instead of hanging
-
-#: Fault-injected builds of the W > 1 kernel (compile-time switches, all OFF by default; the default
-#: build's PTX is byte-identical to the build without them). Each plants one real bug class, for the
-#: GPU mutation meta-test (``mutants/kernel_faults.py``); see :class:`kernel.fused.gemm_rs.HopperGemmRsBF16`.
-KERNEL_FAULTS = (
-    "dropped_peer",  # the reduction loads W-1 partials: the last rank's is never added
-    "relaxed_signal",  # ready flag raised st.relaxed.sys right after the TMA store is issued (no wait, no fence)
-    "stale_epoch",  # the epoch word is never advanced: every call is epoch 1, last call's flags satisfy waits
-    "write_past_capacity",  # a row stored at partial row W*S: past the partials (guard A) when S == S_max
-    "padding_written",  # out's padding rows (r*S + i >= M) are written (with zeros)
-    "wrong_owner",  # rank r reduces the shard of (r+1) % W (waits on that owner's ready flags)
+from .config import (
+    DEFAULT_PROTOCOL,
+    DONE_BASE,
+    FUSED_WORLD_SIZES,
+    K_TILE,
+    KERNEL_FAULTS,
+    N_ALIGN,
+    READY_BASE,
+    SPIN_TIMEOUT_S,
+    SUPPORTED_CAPABILITY,
+    check_protocol,
+    normalize_faults,
 )
-
-
-def normalize_faults(faults) -> frozenset:
-    """``faults`` (names from :data:`KERNEL_FAULTS`; a str is one name) as a frozenset; unknown -> ValueError."""
-    if faults is None:
-        return frozenset()
-    if isinstance(faults, str):
-        faults = (faults,)
-    names = frozenset(faults)
-    unknown = sorted(str(f) for f in names if f not in KERNEL_FAULTS)
-    if unknown:
-        raise ValueError(f"unknown kernel fault(s) {unknown}: known are {list(KERNEL_FAULTS)}")
-    return names
 
 
 def cutlass_available() -> bool:
@@ -141,7 +129,7 @@ def check_weight(weight, N: int, K: int, device: torch.device) -> str | None:
 
 
 class FusedGemmRs(GemmRsImplementation):
-    """The fused CuTe DSL implementation: GEMM at W == 1, GEMM + reduce-scatter at W in (2, 4, 8)."""
+    """The fused CuTe DSL implementation: GEMM at W == 1, GEMM + reduce-scatter at W in (2, 4, 8, 16)."""
 
     name = "fused"
     main_path = "fused"
@@ -149,6 +137,8 @@ class FusedGemmRs(GemmRsImplementation):
     #: Fault-injected build (names from :data:`KERNEL_FAULTS`); empty: the real kernel. Subclasses in
     #: ``mutants/kernel_faults.py`` set it; the ``faults=`` argument overrides it.
     faults: tuple = ()
+    #: Cross-rank protocol of the W > 1 kernel (:data:`kernel.fused.config.PROTOCOLS`); ``protocol=`` overrides.
+    protocol: str = DEFAULT_PROTOCOL
 
     def __init__(
         self,
@@ -162,21 +152,28 @@ class FusedGemmRs(GemmRsImplementation):
         config=None,
         small_m_config=None,
         faults=None,
+        protocol=None,
     ):
-        # Checked first: a misspelt fault must not silently build the real kernel.
-        self._faults = normalize_faults(type(self).faults if faults is None else faults)
+        # Checked first: a misspelt fault or protocol must not silently build the real (default) kernel.
+        self.protocol = check_protocol(type(self).protocol if protocol is None else protocol)
+        self._faults = normalize_faults(type(self).faults if faults is None else faults, self.protocol)
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
         self.force_fused = bool(force_fused)
         if self.force_fused:
             self.fallback_path = None
         self._config = config
         self._small_m_config = small_m_config
-        self._compiled = None  # (large, small): one compiled kernel per tile config, every M
+        self._tile_configs = None
+        self._compiled = None  # one compiled kernel per tile config (self._configs()), every M and rank
         self._workspace = None
         self._slots = 0
         self._fallback = None
         self._config_reason = self._config_ineligibility()
         if self._config_reason is None:
+            from .crossover import measured_min_m
+
+            self.should_run_min_m = measured_min_m(self.N, self.K, self.world_size, self.protocol,
+                                                   default=self.should_run_min_m)
             self._compile()
             if self.world_size > 1:
                 self._allocate_workspace()
@@ -233,53 +230,61 @@ class FusedGemmRs(GemmRsImplementation):
     def _launch(self, x, w, out, M) -> None:
         import cuda.bindings.driver as cuda
 
-        large, small = self._compiled
-        compiled = small if self.uses_small_tiles(M) else large
+        compiled = self._compiled[self.tile_config_index(M)]
         stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
         if self.world_size == 1:
             compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), M, stream)
             return
         ws = self._workspace
-        compiled.launch(
-            x.data_ptr(), w.data_ptr(), out.data_ptr(), ws.partial_ptrs, ws.flag_ptrs, M, self._slots, stream
-        )
+        compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), ws.partial_ptrs, ws.flag_ptrs, M, self._slots,
+                        ws.layout.s_max, self.rank, stream)
+
+    def tile_config_index(self, M: int) -> int:
+        """Index into :meth:`tile_configs` of the config a call with M rows uses: a pure function of M (and
+        construction-time constants), so a graph replay takes the same path and every rank of a group
+        picks the same tiles."""
+        from .tiles import pick_config
+
+        return pick_config(self.tile_configs(), M, self.N, self.world_size, self.protocol)
 
     def uses_small_tiles(self, M: int) -> bool:
-        """Small-M heuristic: 128x128 tiles when 128x256 tiles would fill less than half the SMs.
+        """Whether a call with M rows uses the smallest tiles (the small-M config)."""
+        return self.tile_config_index(M) == len(self.tile_configs()) - 1
 
-        A pure function of M (and construction-time constants), so a graph replay takes the same path
-        and every rank of a group picks the same tiles."""
-        large = self._compile()[0].key.config
-        tiles = -(-M // large.tile_m) * -(-self.N // large.tile_n)
-        return 2 * tiles <= large.sm_count
+    def tile_configs(self) -> tuple:
+        """The tile configs this instance compiles (largest first; ``config=`` / ``small_m_config=``
+        replace the first and the last). Fixed at the first use: a call only indexes it."""
+        if self._tile_configs is None:
+            from .tiles import kernel_configs
 
-    def _configs(self):
-        from .gemm import GemmConfig
-
-        sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
-        large = self._config or GemmConfig(sm_count=sm_count)
-        small = self._small_m_config or GemmConfig(tile_n=128, sm_count=sm_count)
-        return large, small
+            sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
+            configs = list(kernel_configs(self.protocol, sm_count))
+            if self._config is not None:
+                configs[0] = self._config
+            if self._small_m_config is not None:
+                configs[-1] = self._small_m_config
+            self._tile_configs = tuple(configs)
+        return self._tile_configs
 
     def _compile(self):
         if self._compiled is None:
             from .compile import get_compiled, get_compiled_rs
 
-            large, small = self._configs()
+            configs = self.tile_configs()
             if self.world_size == 1:
-                self._compiled = (get_compiled(self.N, self.K, large), get_compiled(self.N, self.K, small))
+                self._compiled = tuple(get_compiled(self.N, self.K, c) for c in configs)
             else:
-                W, r = self.world_size, self.rank
                 self._compiled = tuple(
-                    get_compiled_rs(self.N, self.K, c, W, r, spin_timeout_s=SPIN_TIMEOUT_S, faults=self._faults)
-                    for c in (large, small)
+                    get_compiled_rs(self.N, self.K, c, self.world_size, spin_timeout_s=SPIN_TIMEOUT_S,
+                                    faults=self._faults, protocol=self.protocol)
+                    for c in configs
                 )
         return self._compiled
 
     def _allocate_workspace(self) -> None:
         from .workspace import SymmetricWorkspace, WorkspaceLayout, tile_slots
 
-        tiles = [(c.tile_m, c.tile_n) for c in self._configs()]
+        tiles = [(c.tile_m, c.tile_n) for c in self.tile_configs()]
         self._slots = tile_slots(self.max_M, self.N, tiles)
         layout = WorkspaceLayout(self.world_size, self.max_M, self.N, self._slots)
         self._workspace = SymmetricWorkspace(layout, self.group, self.device)
@@ -298,22 +303,26 @@ class FusedGemmRs(GemmRsImplementation):
 
     # --- state the suite watches --------------------------------------------------------------------
     def state_tensors(self):
-        """Everything in this rank's workspace that only this rank writes: the partials, the epoch and
-        finished words, and the done/ready words this rank signals into its own area. The other
-        ready/done words of its area are written by *peers* whenever their calls run (a peer may
-        already be in its next call while this rank checks a rejected one), so they are not state
-        this rank's call controls."""
+        """Everything in this rank's workspace that only this rank writes (a rejected call leaves it
+        bit-identical): the epoch and finished words, the done word this rank signals into its own area,
+        and per protocol -- pull: its partials and the ready words it signals into its own area; push: its
+        own inbox slot (nobody writes it: the own partial is summed in registers). The other words and
+        slots of its area are written by *peers* whenever their calls run (a peer may already be in its
+        next call while this rank checks a rejected one), so they are not state this rank's call controls."""
         ws = self._workspace
         if ws is not None:
-            from .workspace import DONE_BASE, READY_BASE
-
             f, r, slots = ws.flags, self.rank, self._slots
-            return {
-                "partials": ws.partials,
+            state = {
                 "flags: epoch, finished": f[:2],
                 "flags: own done": f[DONE_BASE + r : DONE_BASE + r + 1],
-                "flags: own ready": f[READY_BASE + r * slots : READY_BASE + (r + 1) * slots],
             }
+            if self.protocol == "pull":
+                state["partials"] = ws.partials
+                state["flags: own ready"] = f[READY_BASE + r * slots : READY_BASE + (r + 1) * slots]
+            else:
+                s_max = ws.layout.s_max
+                state["inbox: own slot"] = ws.partials[r * s_max : (r + 1) * s_max]
+            return state
         if self._fallback is not None:
             return self._fallback.state_tensors()
         return {}
@@ -331,11 +340,12 @@ class FusedGemmRs(GemmRsImplementation):
 
     def describe(self) -> dict:
         d = super().describe()
-        d.update(fused_ok=self._config_reason is None, reason=self._config_reason or "")
+        d.update(fused_ok=self._config_reason is None, reason=self._config_reason or "", protocol=self.protocol)
         if self._faults:
             d.update(faults=sorted(self._faults))
         if self._compiled is not None:
-            d.update(compile_seconds=[c.seconds for c in self._compiled])
+            d.update(compile_seconds=[c.seconds for c in self._compiled],
+                     kernel_origin=[c.origin for c in self._compiled])
         return d
 
     def close(self) -> None:
@@ -353,3 +363,31 @@ class FusedGemmRs(GemmRsImplementation):
             self._workspace.close()
             self._workspace = None
         self._compiled = None
+
+
+class FusedGemmRsPush(FusedGemmRs):
+    """The fused implementation with the push protocol (communication overlapped with the GEMM;
+    :mod:`kernel.fused.gemm_rs_push`): ``--impl kernel.fused:FusedGemmRsPush``. The fused path is forced
+    (``force_fused=True`` by default): a verdict on it must be a verdict on its own kernel, never on the
+    unfused fallback."""
+
+    name = "fused-push"
+    protocol = "push"
+
+    def __init__(self, group=None, *, force_fused: bool = True, **kwargs):
+        super().__init__(group, force_fused=force_fused, **kwargs)
+
+
+__all__ = [
+    "DEFAULT_PROTOCOL",
+    "FUSED_WORLD_SIZES",
+    "KERNEL_FAULTS",
+    "K_TILE",
+    "N_ALIGN",
+    "SPIN_TIMEOUT_S",
+    "SUPPORTED_CAPABILITY",
+    "FusedGemmRs",
+    "FusedGemmRsPush",
+    "cutlass_available",
+    "normalize_faults",
+]

@@ -41,3 +41,34 @@ def test_plot_is_written(tmp_path):
     path = tmp_path / "ratios.png"
     why = _bench().plot(ROWS, False, str(path), "test")
     assert why is None and path.stat().st_size > 1000
+
+
+ROWS_FULL = [
+    {"M": 2048, "check": "ok", "fused_s": 150e-6, "push_s": 100e-6, "unfused_s": 190e-6, "asynctp_s": 160e-6,
+     "mm_s": 80e-6, "bound_s": 90e-6, "core_tflops": 700.0, "mm_tflops": 700.0},
+    {"M": 4096, "check": "FAIL"},
+]
+
+
+def test_push_async_tp_and_bound_columns():
+    text = _bench().render_table(ROWS_FULL, shared=False)
+    line = next(x for x in text.splitlines() if x.strip().startswith("2048"))
+    assert "1.27x" in line  # pull vs mm + RS (190 / 150)
+    assert "1.90x" in line  # push vs mm + RS
+    assert "1.60x" in line  # push vs async-TP
+    assert "1.11x" in line  # push over the physical bound (100 / 90)
+    assert "1.00x" in line  # GEMM core vs torch.mm
+    failed = next(x for x in text.splitlines() if x.strip().startswith("4096"))
+    assert "FAIL" in failed and "x" not in failed.split("|", 2)[2]  # a failed check prints no ratio
+
+
+def test_crossover_entries_from_rows():
+    rows = [
+        {"M": 128, "check": "ok", "fused_s": 2.0, "push_s": 2.0, "unfused_s": 1.0},
+        {"M": 256, "check": "ok", "fused_s": 1.5, "push_s": 0.9, "unfused_s": 1.0},
+        {"M": 512, "check": "ok", "fused_s": 0.9, "push_s": 0.5, "unfused_s": 1.0},
+        {"M": 1024, "check": "FAIL"},
+    ]
+    entries = {e["protocol"]: e for e in _bench().crossovers(rows, 7168, 2048, 2, "test", "cmd")}
+    assert entries["pull"]["min_m"] == 512 and entries["push"]["min_m"] == 256
+    assert all((e["N"], e["K"], e["W"]) == (7168, 2048, 2) for e in entries.values())

@@ -1,12 +1,17 @@
-"""Fault-injected builds of the fused GEMM-RS kernel (``faults=``, compile-time switches, OFF by default).
+"""Fault-injected builds of the fused GEMM-RS kernels (``faults=``, compile-time switches, OFF by default), and
+the pinned PTX of the default builds.
 
 What is pinned here, without a GPU (CuTe DSL compiles sm_90a on the CPU):
-  1. zero cost when off: the default build's PTX is byte-identical to ``faults=()`` compiled afresh and
-     to a reference hash taken *before* the switches were added to the kernel source;
-  2. each switch changes the PTX the way its bug class says (fewer peer loads, relaxed signal, ...);
-  3. unknown fault names are rejected (``ValueError``), by the compile cache and by the wrapper;
-  4. the mutant classes of ``mutants/kernel_faults.py`` load by spec and cover every switch;
-  5. no build, faulted or not, contains ``multimem``.
+  1. zero cost when off: each protocol's default build is byte-identical to ``faults=()`` compiled afresh,
+     and the default builds' PTX hashes are pinned (the plain GEMM's also register-normalised against the
+     kernel before its mainloop was shared);
+  2. each switch changes the code the way its bug class says (fewer peer loads, relaxed or early signal,
+     a missing fence, another inbox slot, ...);
+  3. unknown fault names, and names of the other protocol, are rejected (``ValueError``), by the compile
+     cache, the kernels and the wrapper;
+  4. the mutant classes of ``mutants/kernel_faults.py`` load by spec, cover every switch and run the
+     protocol their switch belongs to;
+  5. no build, faulted or not, contains ``multimem`` or local memory.
 Whether the suite *kills* each faulted build is the GPU mutation meta-test's job (Hopper, W >= 2).
 """
 
@@ -17,24 +22,43 @@ import re
 import pytest
 
 from kernel.fused import cutlass_available
+from kernel.fused.config import FAULT_PROTOCOL
 from kernel.fused.wrapper import KERNEL_FAULTS, FusedGemmRs, normalize_faults
 
 needs_cutlass = pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
 
 N, K = 512, 256
+PULL_FAULTS = tuple(f for f in KERNEL_FAULTS if FAULT_PROTOCOL[f][0] == "pull")
+PUSH_FAULTS = tuple(f for f in KERNEL_FAULTS if FAULT_PROTOCOL[f][0] == "push")
 
-# "Zero cost when off": sha256 of the PTX of the default build for (N=512, K=256, GemmConfig(), W=2,
-# rank 0, sm_90a, spin timeout 60 s), captured from the kernel source *before* the fault switches were
-# added (nvidia-cutlass-dsl 4.8.1). The PTX holds no path or timestamp (checked: it is the same across
-# processes), so no normalisation is needed. If this fails and the toolchain did not change, the
-# switches (or another edit) changed the default kernel: every switch must be a ``cutlass.const_expr``
-# branch that traces to nothing when off. A toolchain upgrade legitimately changes it: re-capture.
+# sha256 of the PTX of the default builds for (N=512, K=256, GemmConfig(), sm_90a, spin timeout 60 s),
+# nvidia-cutlass-dsl 4.8.1. The PTX holds no path or timestamp (the same across processes), so no
+# normalisation is needed. If one fails and the toolchain did not change, an edit changed that kernel:
+# every fault switch must be a ``cutlass.const_expr`` branch that traces to nothing when off, and a shared
+# helper must not change what it traces. A toolchain upgrade legitimately changes them: re-capture.
 REFERENCE_TOOLCHAIN = "4.8.1"
-REFERENCE_SHA256_W2_R0 = "4364d31ca400280a3355e64ca3444986b4d8aa0e719d21720354977cb737fc7d"
+# W = 2. Re-captured when the rank became a launch argument (one compile for every rank): the pull kernel's
+# flag words are now addressed from the run-time rank (a selp chain over the W flag pointers, one more
+# kernel parameter); same flag and data instructions (counted by the tests below and by test_fused_rs.py).
+REFERENCE_SHA256_PULL_W2 = "8e721cf845ea07d82b255a5a2a6e6d53c315c5bd60fb3a9b77eaceb3f89fd827"
+REFERENCE_SHA256_PUSH_W2 = "8ebcd17877321b61f48864fff9e75a4de0bf93a4cab982d1f5efb2b32c9a6c74"
+# The W == 1 GEMM. Exact hash since its consumer mainloop became the shared ``mma_tile`` helper; the
+# register-normalised hash (virtual register numbers and labels masked) is that of the kernel *before*
+# the helper: the same instructions in the same order -- the helper only changed the order of the
+# tile loop's carried values (the pipeline states are now assigned by the caller), which renumbers
+# PTX registers. (A first attempt that did not assign them also passed compilation, but restarted the
+# pipeline at stage 0 on every tile; its normalised PTX differs, which is what this pin catches.)
+REFERENCE_SHA256_GEMM_W1 = "380df5db8a3eebb9afb04d4e9dd546c2bcd159808f40a22249f7b4e7f2704f1c"
+REFERENCE_NORMALIZED_SHA256_GEMM_W1 = "f041e9ac38b486aba2f7e03bff8eaa3e215d38e61fd52de7974d0bcc9f287bf5"
 
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _normalized(ptx: str) -> str:
+    """PTX with virtual register numbers and branch labels masked."""
+    return re.sub(r"\$L__BB\d+_\d+", "L", re.sub(r"%(r|p|rd|f|fd|h|hh|rs|b)\d+", r"%\1", ptx))
 
 
 def _cutlass_version() -> str:
@@ -44,19 +68,27 @@ def _cutlass_version() -> str:
         return "?"
 
 
+pinned_toolchain = pytest.mark.skipif(
+    _cutlass_version() != REFERENCE_TOOLCHAIN,
+    reason=f"reference PTX hashes taken with nvidia-cutlass-dsl {REFERENCE_TOOLCHAIN}")
+
+
 @pytest.fixture(scope="module")
 def builds():
-    """PTX per (W, rank, fault): the default ('') and each fault at W=2 rank 0; W=4 rank 3 for the
-    switches whose effect scales with W."""
+    """PTX per (protocol, W, fault): the default ('') and each fault at W=2; W=4 for the switches whose
+    effect scales with W."""
     if not cutlass_available():
         pytest.skip("nvidia-cutlass-dsl is not installed")
     from kernel.fused.compile import get_compiled_rs
-    from kernel.fused.gemm import GemmConfig
+    from kernel.fused.config import GemmConfig
 
+    plan = [("pull", 2, ("",) + PULL_FAULTS), ("pull", 4, ("", "dropped_peer", "relaxed_signal")),
+            ("push", 2, ("",) + PUSH_FAULTS), ("push", 4, ("", "early_signal"))]
     out = {}
-    for W, r, faults in [(2, 0, ("",) + KERNEL_FAULTS), (4, 3, ("", "dropped_peer", "relaxed_signal"))]:
+    for protocol, W, faults in plan:
         for f in faults:
-            out[(W, r, f)] = get_compiled_rs(N, K, GemmConfig(), W, r, faults=(f,) if f else ()).ptx
+            out[(protocol, W, f)] = get_compiled_rs(N, K, GemmConfig(), W, faults=(f,) if f else (),
+                                                    protocol=protocol).ptx
     return out
 
 
@@ -71,74 +103,85 @@ ST_RELAXED_SYS = r"st\.relaxed\.sys\.global\.u32"
 ST_RELAXED_GPU = r"st\.relaxed\.gpu\.global\.u32"
 LD_ACQUIRE = r"ld\.acquire\.sys\.global\.u32"
 PROXY_FENCE = r"fence\.proxy\.async\.global"
-STORE_COMPLETE = r"cp\.async\.bulk\.wait_group\s+0;"  # the write-complete wait before the signal
+STORE_COMPLETE = r"cp\.async\.bulk\.wait_group\s+0;"  # the write-complete wait before a signal
+LD_INBOX = r"ld\.global\.cg\.b32"
+SELECT_32 = r"selp\.b32"
 
 
 # --- zero cost when off ------------------------------------------------------------------------------------
 @pytest.mark.kernel
 @needs_cutlass
-def test_default_build_is_byte_identical_to_explicit_no_faults(builds):
+@pytest.mark.parametrize("protocol", ["pull", "push"])
+def test_default_build_is_byte_identical_to_explicit_no_faults(builds, protocol):
     from kernel.fused.compile import RsCompileKey, _compile_rs, get_compiled_rs
-    from kernel.fused.gemm import GemmConfig
+    from kernel.fused.config import GemmConfig
 
-    default = get_compiled_rs(N, K, GemmConfig(), 2, 0)
-    assert get_compiled_rs(N, K, GemmConfig(), 2, 0, faults=()) is default  # same cache key
+    default = get_compiled_rs(N, K, GemmConfig(), 2, protocol=protocol)
+    assert get_compiled_rs(N, K, GemmConfig(), 2, 1, faults=(), protocol=protocol) is default  # rank: no key
     assert default.key.faults == frozenset()
-    fresh = _compile_rs(RsCompileKey(N, K, GemmConfig(), 2, 0, faults=frozenset()))  # a second, separate compile
-    assert fresh.ptx == default.ptx == builds[(2, 0, "")]
+    fresh = _compile_rs(RsCompileKey(N, K, GemmConfig(), 2, faults=frozenset(), protocol=protocol))
+    assert fresh.ptx == default.ptx == builds[(protocol, 2, "")]
 
 
 @pytest.mark.kernel
 @needs_cutlass
-@pytest.mark.skipif(_cutlass_version() != REFERENCE_TOOLCHAIN,
-                    reason=f"reference PTX hash taken with nvidia-cutlass-dsl {REFERENCE_TOOLCHAIN}")
-def test_default_build_matches_pre_switch_reference(builds):
-    assert _sha(builds[(2, 0, "")]) == REFERENCE_SHA256_W2_R0
-
-
-# The W == 1 GEMM's PTX (N=512, K=256, GemmConfig()), pinned when the two kernels' shared set-up, producer
-# warp and host set-up moved into HopperGemmBF16 helpers (same PTX before and after, both kernels, every
-# fault build; then verified on an H200). A refactor of the shared code must keep both hashes.
-REFERENCE_SHA256_GEMM_W1 = "90d72b209d1efa25112e870502c2014675e22cac615ee28d65b16501bf2a496f"
+@pinned_toolchain
+def test_default_builds_match_their_references(builds):
+    assert _sha(builds[("pull", 2, "")]) == REFERENCE_SHA256_PULL_W2
+    assert _sha(builds[("push", 2, "")]) == REFERENCE_SHA256_PUSH_W2
 
 
 @pytest.mark.kernel
 @needs_cutlass
-@pytest.mark.skipif(_cutlass_version() != REFERENCE_TOOLCHAIN,
-                    reason=f"reference PTX hash taken with nvidia-cutlass-dsl {REFERENCE_TOOLCHAIN}")
+@pinned_toolchain
 def test_plain_gemm_matches_its_reference():
     from kernel.fused.compile import get_compiled
-    from kernel.fused.gemm import GemmConfig
+    from kernel.fused.config import GemmConfig
 
-    assert _sha(get_compiled(N, K, GemmConfig()).ptx) == REFERENCE_SHA256_GEMM_W1
+    ptx = get_compiled(N, K, GemmConfig()).ptx
+    assert _sha(ptx) == REFERENCE_SHA256_GEMM_W1
+    assert _sha(_normalized(ptx)) == REFERENCE_NORMALIZED_SHA256_GEMM_W1
 
 
-# --- each switch changes the PTX the way its bug class says ----------------------------------------------
+def test_normalization_masks_only_register_numbers_and_labels():
+    a = "\tadd.s32 \t%r12, %r3, 1;\n$L__BB0_4:\n\t@%p2 bra $L__BB0_4;"
+    b = "\tadd.s32 \t%r99, %r7, 1;\n$L__BB0_9:\n\t@%p5 bra $L__BB0_9;"
+    assert _normalized(a) == _normalized(b)
+    assert _normalized(a) != _normalized(a.replace("add.s32", "sub.s32"))
+    assert _normalized(a) != _normalized(a.replace(", 1;", ", 2;"))
+
+
+# --- each switch changes the code the way its bug class says ---------------------------------------------
 @pytest.mark.kernel
 @needs_cutlass
-def test_every_fault_differs_from_default_and_has_no_multimem(builds):
-    for (W, r, f), ptx in builds.items():
-        assert "multimem" not in ptx, (W, r, f)
-        assert ".local" not in ptx, (W, r, f)
-        assert "wgmma.mma_async" in ptx, (W, r, f)
-        if f:
-            assert ptx != builds[(W, r, "")], (W, r, f)
-            assert _sha(ptx) != _sha(builds[(W, r, "")])
+def test_every_fault_build_is_wgmma_without_multimem_or_local_memory(builds):
+    for key, ptx in builds.items():
+        assert "multimem" not in ptx, key
+        assert ".local" not in ptx, key
+        assert "wgmma.mma_async" in ptx, key
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_every_device_side_fault_changes_the_ptx(builds):
+    for (protocol, W, f), ptx in builds.items():
+        if f and f != "wrong_inbox_slot":  # that one lives in the host-side launcher, see below
+            assert _sha(ptx) != _sha(builds[(protocol, W, "")]), (protocol, W, f)
 
 
 @pytest.mark.kernel
 @needs_cutlass
 def test_dropped_peer_loads_w_minus_1_partials(builds):
-    for W, r in ((2, 0), (4, 3)):
-        assert _count(builds[(W, r, "")], LD_PEER) == W
-        assert _count(builds[(W, r, "dropped_peer")], LD_PEER) == W - 1
+    for W in (2, 4):
+        assert _count(builds[("pull", W, "")], LD_PEER) == W
+        assert _count(builds[("pull", W, "dropped_peer")], LD_PEER) == W - 1
 
 
 @pytest.mark.kernel
 @needs_cutlass
 def test_relaxed_signal_raises_ready_without_release_or_completion(builds):
-    for W, r in ((2, 0), (4, 3)):
-        base, bad = builds[(W, r, "")], builds[(W, r, "relaxed_signal")]
+    for W in (2, 4):
+        base, bad = builds[("pull", W, "")], builds[("pull", W, "relaxed_signal")]
         # default: W ready signals + W done signals, all st.release.sys; faulted: only the W done ones
         assert _count(base, ST_RELEASE) == 2 * W and _count(base, ST_RELAXED_SYS) == 0
         assert _count(bad, ST_RELEASE) == W and _count(bad, ST_RELAXED_SYS) == W
@@ -151,7 +194,7 @@ def test_relaxed_signal_raises_ready_without_release_or_completion(builds):
 @pytest.mark.kernel
 @needs_cutlass
 def test_stale_epoch_never_writes_the_epoch_word(builds):
-    base, bad = builds[(2, 0, "")], builds[(2, 0, "stale_epoch")]
+    base, bad = builds[("pull", 2, "")], builds[("pull", 2, "stale_epoch")]
     # default: st.relaxed.gpu of the finished reset and of the epoch; faulted: the reset only
     assert _count(base, ST_RELAXED_GPU) == 2
     assert _count(bad, ST_RELAXED_GPU) == 1
@@ -162,7 +205,7 @@ def test_stale_epoch_never_writes_the_epoch_word(builds):
 @needs_cutlass
 @pytest.mark.parametrize("fault", ["write_past_capacity", "padding_written"])
 def test_stray_row_faults_add_one_store_path(builds, fault):
-    base, bad = builds[(2, 0, "")], builds[(2, 0, fault)]
+    base, bad = builds[("pull", 2, "")], builds[("pull", 2, fault)]
     assert _count(base, ST_OUT) == 1
     assert _count(bad, ST_OUT) == 2  # the extra (zero-row) store loop
     assert _count(bad, LD_PEER) == _count(base, LD_PEER)
@@ -171,7 +214,7 @@ def test_stray_row_faults_add_one_store_path(builds, fault):
 @pytest.mark.kernel
 @needs_cutlass
 def test_wrong_owner_same_instructions_other_addresses(builds):
-    base, bad = builds[(2, 0, "")], builds[(2, 0, "wrong_owner")]
+    base, bad = builds[("pull", 2, "")], builds[("pull", 2, "wrong_owner")]
     assert bad != base
     for pattern in (LD_PEER, ST_OUT, ST_RELEASE, LD_ACQUIRE, ST_RELAXED_GPU, PROXY_FENCE):
         assert _count(bad, pattern) == _count(base, pattern), pattern
@@ -179,14 +222,60 @@ def test_wrong_owner_same_instructions_other_addresses(builds):
 
 @pytest.mark.kernel
 @needs_cutlass
+def test_consumer_fence_missing_drops_the_fence_after_the_done_acquires(builds):
+    base, bad = builds[("push", 2, "")], builds[("push", 2, "consumer_fence_missing")]
+    # default: the fence after the done waits + one before each of the two ready-signal sites
+    assert _count(base, PROXY_FENCE) == 3 and _count(bad, PROXY_FENCE) == 2
+    assert _count(bad, LD_ACQUIRE) == _count(base, LD_ACQUIRE)  # the acquires themselves stay
+    assert _count(bad, STORE_COMPLETE) == _count(base, STORE_COMPLETE) == 2
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_early_signal_raises_ready_before_the_pushes_completed(builds):
+    for W in (2, 4):
+        base, bad = builds[("push", W, "")], builds[("push", W, "early_signal")]
+        # default: deferred signal in the tile loop + the flush after it, each after wait_group 0 and a fence
+        assert _count(base, STORE_COMPLETE) == 2 and _count(bad, STORE_COMPLETE) == 0
+        assert _count(bad, PROXY_FENCE) == _count(base, PROXY_FENCE) - 2
+        # one signal site (right after the pushes are issued) instead of two; still st.release.sys; W done
+        assert _count(base, ST_RELEASE) == 2 + W and _count(bad, ST_RELEASE) == 1 + W
+        assert _count(bad, ST_RELAXED_SYS) == 0
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_own_partial_skipped_never_selects_the_own_pairs(builds):
+    base, bad = builds[("push", 2, "")], builds[("push", 2, "own_partial_skipped")]
+    assert _count(base, LD_INBOX) == _count(bad, LD_INBOX) > 0  # the inbox loads are all there
+    assert _count(bad, SELECT_32) < _count(base, SELECT_32)  # ... but never replaced by the own pair
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_wrong_inbox_slot_lives_in_the_host_side_launcher():
+    """The push descriptors (and so the slot a source writes) are built by the host-side launcher: the
+    device code is the same, the host code computes ``(rank + 1) % W`` (one ``srem`` more)."""
+    from kernel.fused.compile import RsCompileKey, _compile_rs
+    from kernel.fused.config import GemmConfig
+
+    base = _compile_rs(RsCompileKey(N, K, GemmConfig(), 2, protocol="push"))
+    bad = _compile_rs(RsCompileKey(N, K, GemmConfig(), 2, faults=frozenset({"wrong_inbox_slot"}), protocol="push"))
+    assert bad.ptx == base.ptx
+    host_base, host_bad = str(base.fn.ir_module), str(bad.fn.ir_module)
+    assert host_bad.count("llvm.srem") == host_base.count("llvm.srem") + 1
+
+
+@pytest.mark.kernel
+@needs_cutlass
 def test_faults_are_part_of_the_cache_key(builds):
     from kernel.fused.compile import get_compiled_rs
-    from kernel.fused.gemm import GemmConfig
+    from kernel.fused.config import GemmConfig
 
     a = get_compiled_rs(N, K, GemmConfig(), 2, 0, faults=("dropped_peer",))
-    b = get_compiled_rs(N, K, GemmConfig(), 2, 0, faults="dropped_peer")
+    b = get_compiled_rs(N, K, GemmConfig(), 2, 1, faults="dropped_peer")
     assert a is b and a.key.faults == frozenset({"dropped_peer"})
-    assert a is not get_compiled_rs(N, K, GemmConfig(), 2, 0)
+    assert a is not get_compiled_rs(N, K, GemmConfig(), 2)
 
 
 # --- validation (no compile) -------------------------------------------------------------------------------
@@ -196,24 +285,42 @@ def test_fault_names_are_validated():
     assert normalize_faults(["stale_epoch", "stale_epoch"]) == frozenset({"stale_epoch"})
     with pytest.raises(ValueError, match="unknown kernel fault"):
         normalize_faults(("dropped_peers",))
+    with pytest.raises(ValueError, match="other protocol"):
+        normalize_faults(("early_signal",), "pull")
+    with pytest.raises(ValueError, match="other protocol"):
+        normalize_faults(("dropped_peer",), "push")
+    with pytest.raises(ValueError, match="unknown protocol"):
+        normalize_faults((), "pushy")
     with pytest.raises(ValueError, match="unknown kernel fault"):
         FusedGemmRs(max_M=64, N=64, K=128, device="cpu", faults=("no_such_fault",))
+    with pytest.raises(ValueError, match="other protocol"):
+        FusedGemmRs(max_M=64, N=64, K=128, device="cpu", faults=("early_signal",))
     impl = FusedGemmRs(max_M=64, N=64, K=128, device="cpu", faults=("wrong_owner",))
     assert impl._faults == frozenset({"wrong_owner"})
+    impl.close()
+    impl = FusedGemmRs(max_M=64, N=64, K=128, device="cpu", faults=("early_signal",), protocol="push")
+    assert impl._faults == frozenset({"early_signal"}) and impl.protocol == "push"
     impl.close()
 
 
 @pytest.mark.kernel
 @needs_cutlass
-def test_compile_cache_rejects_unknown_faults():
+def test_compile_cache_and_kernels_reject_bad_faults():
     from kernel.fused.compile import get_compiled_rs
-    from kernel.fused.gemm import GemmConfig
+    from kernel.fused.config import GemmConfig
     from kernel.fused.gemm_rs import HopperGemmRsBF16
+    from kernel.fused.gemm_rs_push import HopperGemmRsPushBF16
 
     with pytest.raises(ValueError, match="unknown kernel fault"):
         get_compiled_rs(N, K, GemmConfig(), 2, 0, faults=("bogus",))
     with pytest.raises(ValueError, match="unknown kernel fault"):
         HopperGemmRsBF16(N, K, GemmConfig(), 2, 0, faults=("bogus",))
+    with pytest.raises(ValueError, match="other protocol"):
+        HopperGemmRsPushBF16(N, K, GemmConfig(), 2, faults=("dropped_peer",))
+    with pytest.raises(ValueError, match="other protocol"):
+        get_compiled_rs(N, K, GemmConfig(), 2, faults=("own_partial_skipped",), protocol="pull")
+    with pytest.raises(ValueError, match="rank 2 outside"):
+        get_compiled_rs(N, K, GemmConfig(), 2, 2)
 
 
 @pytest.mark.kernel
@@ -228,19 +335,22 @@ def test_mutant_classes_load_by_spec_and_cover_every_fault():
         assert cls is getattr(kernel_faults, s.name)
         assert issubclass(cls, FusedGemmRs)
         assert tuple(cls.faults) == (s.fault,)
+        assert cls.protocol == kernel_faults.protocol_of(s) == FAULT_PROTOCOL[s.fault][0]
         assert cls.name != FusedGemmRs.name and s.bug_class and s.expected
     assert FusedGemmRs.faults == ()
+    assert {kernel_faults.protocol_of(s) for s in kernel_faults.GPU_CATALOGUE} == {"pull", "push"}
 
 
 @pytest.mark.kernel
-def test_mutant_class_forces_the_fused_path_on_cpu():
+@pytest.mark.parametrize("name", ["FusedDroppedPeer", "FusedPushOwnPartialSkipped"])
+def test_mutant_class_forces_the_fused_path_on_cpu(name):
     import torch
 
     from kernel.errors import FusedPathUnavailable
-    from mutants.kernel_faults import FusedDroppedPeer
+    from mutants import kernel_faults
 
-    impl = FusedDroppedPeer(max_M=64, N=64, K=128, device="cpu")
-    assert impl._faults == frozenset({"dropped_peer"}) and impl.force_fused
+    impl = getattr(kernel_faults, name)(max_M=64, N=64, K=128, device="cpu")
+    assert impl._faults == frozenset(getattr(kernel_faults, name).faults) and impl.force_fused
     x = torch.zeros(8, 128, dtype=torch.bfloat16)
     w = torch.zeros(64, 128, dtype=torch.bfloat16)
     with pytest.raises(FusedPathUnavailable):

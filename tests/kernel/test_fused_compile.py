@@ -1,7 +1,19 @@
-"""The fused GEMM kernel compiles for sm_90a without a GPU, once per (N, K, config), and its PTX uses
-the Hopper paths (wgmma, TMA) and never ``multimem``."""
+"""The fused kernels compile for sm_90a without a GPU, once per key, and their PTX uses the Hopper paths
+(wgmma, TMA) and the memory-ordering instructions the design records state, never ``multimem``.
+
+What is pinned, per representative build (a module-scoped set; every config the wrapper compiles is in
+it: both protocols, W = 2, 4, 8, 16, tile shapes 128x256, 128x224, 128x128, 64x128):
+  1. ``.target sm_90a``, wgmma of the config's tile width, TMA loads and stores, no local memory;
+  2. no ``multimem`` anywhere;
+  3. W > 1: flags waited with ``ld.acquire.sys``, raised with ``st.release.sys``, the CTA count with
+     ``atom.acq_rel.gpu``, a pushed/stored partial complete (``cp.async.bulk.wait_group 0``) and fenced
+     (``fence.proxy.async.global``) before the signal that follows it;
+  4. one compile per key, for every M and every rank; the host-wide cache (export + load) gives another
+     process the same kernel without compiling.
+"""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -14,8 +26,25 @@ pytestmark = [
     pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed"),
 ]
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAIN = (7168, 2048)  # (N, K): the anchor shape of the benchmark
 RAGGED_N = (1000, 64)  # N not a multiple of the N tile, a single k-tile
+SMALL = (512, 256)
+
+
+def _cfg(**kw):
+    from kernel.fused.config import GemmConfig
+
+    return GemmConfig(**kw)
+
+
+WIDE = {"tile_n": 224}
+NARROW = {"tile_n": 128}
+SHORT = {"tile_m": 64, "consumer_warpgroups": 1, "tile_n": 128}
+
+#: (protocol, W, config kwargs): W > 1 builds the tests read (besides test_fused_rs / test_fault_builds's).
+RS_BUILDS = [("pull", 16, {}), ("push", 2, WIDE), ("push", 2, SHORT), ("push", 4, NARROW), ("push", 8, SHORT),
+             ("push", 16, {})]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +62,12 @@ def main_kernel(compile_mod):
 @pytest.fixture(scope="module")
 def ragged_kernel(compile_mod):
     return compile_mod.get_compiled(*RAGGED_N)
+
+
+@pytest.fixture(scope="module")
+def rs_builds(compile_mod):
+    return {(p, W, tuple(sorted(kw.items()))): compile_mod.get_compiled_rs(*SMALL, _cfg(**kw), W, protocol=p)
+            for p, W, kw in RS_BUILDS}
 
 
 def test_ptx_uses_wgmma_and_tma_and_no_multimem(main_kernel):
@@ -64,6 +99,12 @@ def test_compile_once_reuse_for_every_m(compile_mod, main_kernel):
     assert after["hits"] == before["hits"] + 4
 
 
+def test_one_compile_serves_every_rank(compile_mod):
+    first = compile_mod.get_compiled_rs(*SMALL, _cfg(), 4, 0)
+    assert all(compile_mod.get_compiled_rs(*SMALL, _cfg(), 4, r) is first for r in (1, 2, 3))
+    assert not any("rank" in f.name for f in compile_mod.RsCompileKey.__dataclass_fields__.values())
+
+
 def test_compile_stats_record_seconds(compile_mod, main_kernel):
     stats = compile_mod.compile_stats()["configs"]
     key = (main_kernel.key.N, main_kernel.key.K, main_kernel.key.config, main_kernel.key.arch)
@@ -72,14 +113,31 @@ def test_compile_stats_record_seconds(compile_mod, main_kernel):
 
 
 def test_unsupported_shapes_are_rejected_before_compiling():
-    from kernel.fused.gemm import GemmConfig, HopperGemmBF16
+    from kernel.fused.gemm import HopperGemmBF16
 
     with pytest.raises(ValueError, match="multiple of 64"):
         HopperGemmBF16(1024, 100)
     with pytest.raises(ValueError, match="multiple of 8"):
         HopperGemmBF16(1001, 128)
     with pytest.raises(ValueError):
-        HopperGemmBF16(1024, 128, GemmConfig(ab_stages=9))
+        HopperGemmBF16(1024, 128, _cfg(ab_stages=9))
+    with pytest.raises(ValueError, match="tile_n must be one of"):
+        HopperGemmBF16(1024, 128, _cfg(tile_n=96))
+    with pytest.raises(ValueError, match="consumer_warpgroups"):
+        HopperGemmBF16(1024, 128, _cfg(tile_m=64))
+
+
+def test_rs_kernels_reject_bad_world_sizes():
+    from kernel.fused.gemm_rs import HopperGemmRsBF16
+    from kernel.fused.gemm_rs_push import HopperGemmRsPushBF16
+
+    for cls in (HopperGemmRsBF16, HopperGemmRsPushBF16):
+        with pytest.raises(ValueError, match="world_size"):
+            cls(*SMALL, _cfg(), 1)
+        with pytest.raises(ValueError, match="world_size"):
+            cls(*SMALL, _cfg(), 17)
+        with pytest.raises(ValueError, match="rank 4 outside"):
+            cls(*SMALL, _cfg(), 4, 4)
 
 
 def test_compiles_in_a_fresh_process_with_arch_env():
@@ -90,17 +148,96 @@ def test_compiles_in_a_fresh_process_with_arch_env():
         "k = get_compiled(256, 128)\n"
         "print('wgmma' in k.ptx, 'multimem' in k.ptx)\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "GEMM_RS_KERNEL_CACHE_DIR"}  # a real compile
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["True", "False"]
 
 
 def test_small_m_config_compiles(compile_mod):
-    from kernel.fused.gemm import GemmConfig
-
-    k = compile_mod.get_compiled(*MAIN, GemmConfig(tile_n=128))
+    k = compile_mod.get_compiled(*MAIN, _cfg(tile_n=128))
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in k.ptx
     assert "multimem" not in k.ptx
     assert ".local" not in k.ptx
     assert k.ab_stage >= 5
+
+
+@pytest.mark.parametrize("kw,wgmma_n", [(WIDE, 224), (SHORT, 128)])
+def test_push_tile_configs_compile_as_plain_gemm(compile_mod, kw, wgmma_n):
+    k = compile_mod.get_compiled(*SMALL, _cfg(**kw))
+    assert f"wgmma.mma_async.sync.aligned.m64n{wgmma_n}k16.f32.bf16.bf16" in k.ptx
+    assert "multimem" not in k.ptx and ".local" not in k.ptx
+
+
+def _after(ptx: str, first: str, then: str) -> bool:
+    """``then`` occurs after some occurrence of ``first`` (regexes)."""
+    m = re.search(first, ptx)
+    return bool(m) and re.search(then, ptx[m.end():]) is not None
+
+
+def test_every_rs_build_has_the_memory_ordering_of_its_design_record(rs_builds):
+    for key, build in rs_builds.items():
+        protocol, W, kw = key
+        ptx = build.ptx
+        assert ".target sm_90a" in ptx and "multimem" not in ptx and ".local" not in ptx, key
+        n = dict(kw).get("tile_n", 256)
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16" in ptx, key
+        for instr in ("ld.acquire.sys.global.u32", "st.release.sys.global.u32", "atom.acq_rel.gpu.global.add.u32",
+                      "ld.relaxed.gpu.global.u32", "st.relaxed.gpu.global.u32", "nanosleep.u32", "trap;",
+                      "fence.proxy.async.global", "fence.proxy.async.shared::cta"):
+            assert instr in ptx, (key, instr)
+        # a partial is complete in memory and fenced before the flag that announces it
+        assert _after(ptx, r"cp\.async\.bulk\.wait_group\s+0;",
+                      r"fence\.proxy\.async\.global[\s\S]*?st\.release\.sys\.global\.u32"), key
+        if protocol == "push":
+            assert "ld.global.cg.b32" in ptx and "cvt.rn.bf16x2.f32" in ptx, key  # inbox loads, own partials
+            assert "ld.global.v4.b32" not in ptx, key  # no pull-style peer loads
+        else:
+            assert ptx.count("ld.global.v4.b32") == W, key
+
+
+def test_push_stores_go_through_one_descriptor_per_owner_plus_out(rs_builds):
+    """Per epilogue sub-tile, W push stores (one per owner's descriptor, a run-time select) and the store
+    into ``out``: (W + 1) TMA store sites per sub-tile."""
+    build = rs_builds[("push", 4, tuple(sorted(NARROW.items())))]
+    sub_tiles = 128 // 32
+    assert build.ptx.count("cp.async.bulk.tensor.2d.global.shared::cta") == (4 + 1) * sub_tiles
+
+
+def test_host_wide_cache_serves_another_process(tmp_path, monkeypatch, compile_mod):
+    """A kernel compiled here and exported is loaded by a fresh process (origin "disk", same PTX)."""
+    monkeypatch.setenv(compile_mod.KERNEL_CACHE_ENV, str(tmp_path))
+    key = compile_mod.CompileKey(*SMALL, _cfg(tile_n=64))
+    compiled = compile_mod._from_disk_or_compile(key, compile_mod._compile_gemm)
+    assert compiled.origin == "compiled"
+    entry = tmp_path / compile_mod.key_digest(key)
+    assert (entry / "kernel.o").is_file() and (entry / "kernel.ptx").read_text() == compiled.ptx
+    code = (
+        "import hashlib, os\n"
+        "os.environ.setdefault('CUTE_DSL_ARCH', 'sm_90a')\n"
+        "from kernel.fused.compile import get_compiled\n"
+        "from kernel.fused.config import GemmConfig\n"
+        "k = get_compiled(512, 256, GemmConfig(tile_n=64))\n"
+        "print(k.origin, hashlib.sha256(k.ptx.encode()).hexdigest(), callable(k.fn))\n"
+    )
+    env = dict(os.environ, **{compile_mod.KERNEL_CACHE_ENV: str(tmp_path)})
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    import hashlib
+
+    assert res.stdout.split() == ["disk", hashlib.sha256(compiled.ptx.encode()).hexdigest(), "True"]
+
+
+def test_cache_digest_covers_key_and_source(compile_mod):
+    a = compile_mod.key_digest(compile_mod.CompileKey(*SMALL, _cfg()))
+    assert a == compile_mod.key_digest(compile_mod.CompileKey(*SMALL, _cfg()))
+    assert a != compile_mod.key_digest(compile_mod.CompileKey(*SMALL, _cfg(tile_n=128)))
+    rs = compile_mod.RsCompileKey(*SMALL, _cfg(), 2)
+    assert compile_mod.key_digest(rs) != compile_mod.key_digest(compile_mod.RsCompileKey(*SMALL, _cfg(), 2,
+                                                                                         protocol="push"))
+    assert compile_mod.key_digest(rs) != compile_mod.key_digest(
+        compile_mod.RsCompileKey(*SMALL, _cfg(), 2, faults=frozenset({"dropped_peer"})))
+    assert set(compile_mod._KERNEL_SOURCES) >= {"gemm.py", "gemm_rs.py", "gemm_rs_push.py", "rs_protocol.py",
+                                                 "ptx.py", "config.py"}

@@ -136,7 +136,7 @@ def test_guard_pattern_is_fixed_and_not_zero():
 
 
 def test_world_sizes_and_symmetric_memory_check():
-    assert wrapper_mod.FUSED_WORLD_SIZES == (1, 2, 4, 8)
+    assert wrapper_mod.FUSED_WORLD_SIZES == (1, 2, 4, 8, 16)
     assert wrapper_mod.check_symmetric_memory(1) is None
     assert wrapper_mod.check_symmetric_memory(2) is None  # torch ships _symmetric_memory
 

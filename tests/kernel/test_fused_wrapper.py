@@ -1,13 +1,17 @@
-"""FusedGemmRs: eligibility and bad-call checks everywhere (no GPU needed); on a Hopper GPU, the
-W == 1 fused path against an fp64 truth with a derived bound.
+"""FusedGemmRs: eligibility and bad-call checks, the protocol switch, the tile choice and the measured
+``should_run`` crossover everywhere (no GPU needed); on a Hopper GPU, the W == 1 fused path of both
+protocols' tile configs against an fp64 truth with a derived bound.
 
-Verification model of the GPU tests, each over M in MS:
+Verification model of the GPU tests, each over M in MS, for the pull configs (128x256, 128x128) and the
+push configs (128x256, 128x224, 64x128):
   1. every valid element within the derived bound of the fp64 truth (fp32 accumulate, bf16 out);
   2. the rows of the buffer past the ``out`` view keep their sentinel bit for bit;
   3. the same inputs give bitwise-identical outputs (and an alternating M sequence as well);
-  4. both tile configs (128x256, and 128x128 for small M) are among the cases;
+  4. the largest and the smallest tile config are among the cases;
   5. a call captured in a CUDA graph at one M, replayed with inputs changed in place and out poisoned,
-     matches a fresh eager call bitwise.
+     matches a fresh eager call bitwise;
+  6. a kernel loaded from the host-wide cache (exported object file) computes bit for bit what the
+     freshly compiled one does.
 """
 
 import os
@@ -25,7 +29,7 @@ from kernel import (
     ShapeError,
     load_implementation,
 )
-from kernel.fused import FusedGemmRs, cutlass_available
+from kernel.fused import FusedGemmRs, FusedGemmRsPush, cutlass_available
 from kernel.fused import wrapper as wrapper_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,9 +63,10 @@ def test_can_run_gives_a_reason_on_cpu():
 
 def test_check_chain_reasons():
     assert wrapper_mod.check_world_size(1) is None
-    for W in (2, 4, 8):
+    for W in (2, 4, 8, 16):
         assert wrapper_mod.check_world_size(W) is None
-    assert "supports W in (1, 2, 4, 8)" in wrapper_mod.check_world_size(3)
+    for W in (3, 6, 32):
+        assert "supports W in (1, 2, 4, 8, 16)" in wrapper_mod.check_world_size(W)
     assert "multiple of the kernel's K tile 64" in wrapper_mod.check_dims(64, 100)
     assert "multiple of 8" in wrapper_mod.check_dims(60, 128)
     assert wrapper_mod.check_dims(64, 128) is None
@@ -157,6 +162,78 @@ def test_import_kernel_without_cutlass():
     assert res.stdout.strip() == "False"
 
 
+def test_protocol_is_validated_and_recorded():
+    with pytest.raises(ValueError, match="unknown protocol"):
+        _cpu_impl(protocol="pushy")
+    impl = _cpu_impl(protocol="push")
+    assert impl.protocol == "push" and impl.describe()["protocol"] == "push"
+    assert _cpu_impl().protocol == "pull" == wrapper_mod.DEFAULT_PROTOCOL
+    assert load_implementation("kernel.fused:FusedGemmRsPush") is FusedGemmRsPush
+
+
+def test_push_implementation_never_falls_back():
+    """``FusedGemmRsPush`` forces its own kernel: on a machine where it cannot run, a call raises instead of
+    silently running (and passing as) the unfused implementation."""
+    impl = FusedGemmRsPush(max_M=256, N=64, K=128, device="cpu")
+    assert impl.force_fused and impl.protocol == "push" and impl.name == "fused-push"
+    with pytest.raises(FusedPathUnavailable, match="not a CUDA device"):
+        impl(*_operands(5))
+    assert impl.last_path is None
+
+
+def test_tile_choice_is_a_function_of_m_and_fills_the_sms():
+    from kernel.fused.tiles import kernel_configs, pick_config, tile_count
+
+    pull = kernel_configs("pull", 132)
+    assert [(c.tile_m, c.tile_n) for c in pull] == [(128, 256), (128, 128)]
+    assert pick_config(pull, 1, 4096, 2, "pull") == 1 and pick_config(pull, 4096, 4096, 2, "pull") == 0
+    push = kernel_configs("push", 132)
+    assert [(c.tile_m, c.tile_n, c.consumer_warpgroups) for c in push] == [(128, 256, 2), (128, 224, 2),
+                                                                          (64, 128, 1)]
+    assert tile_count(push[0], 2048, 7168, 2, True) == 2 * 8 * 28  # shard by shard
+    assert tile_count(push[0], 129, 7168, 16, True) == 16 * 1 * 28  # ... a tile per shard even at S = 9
+    chosen = {M: pick_config(push, M, 7168, 2, "push") for M in (128, 2048, 8192)}
+    assert chosen == {128: 2, 2048: 1, 8192: 0}  # 64-row tiles at small M; 224-wide fill the last wave
+    assert all(pick_config(push, M, 7168, 2, "push") == chosen[M] for M in chosen)  # deterministic
+
+
+def test_crossover_table_roundtrip_and_lookup(tmp_path):
+    from kernel.fused import crossover
+
+    path = str(tmp_path / "crossover.json")
+    assert crossover.load_table(path) == []
+    assert crossover.measured_min_m(7168, 2048, 2, "push", 128, path) == 128  # no table: contract default
+    crossover.write_entries([{"N": 7168, "K": 2048, "W": 2, "protocol": "push", "min_m": 256},
+                             {"N": 8192, "K": 14336, "W": 2, "protocol": "push", "min_m": None}], path)
+    assert crossover.measured_min_m(7168, 2048, 2, "push", 128, path) == 256
+    assert crossover.measured_min_m(7168, 2048, 2, "pull", 128, path) == 128  # other protocol: default
+    assert crossover.measured_min_m(8192, 14336, 2, "push", 128, path) == crossover.NEVER
+    crossover.write_entries([{"N": 7168, "K": 2048, "W": 2, "protocol": "push", "min_m": 512}], path)
+    assert crossover.measured_min_m(7168, 2048, 2, "push", 128, path) == 512  # replaced, not duplicated
+    assert len(crossover.load_table(path)) == 2
+
+
+def test_crossover_from_timings_needs_fused_faster_from_there_on():
+    from kernel.fused.crossover import crossover_from_timings
+
+    t = {128: (2.0, 1.0), 256: (1.0, 1.1), 512: (1.0, 0.9), 1024: (1.0, 2.0), 2048: (1.0, 3.0)}
+    assert crossover_from_timings(t) == 1024  # 256 was faster, but 512 was not: the crossover is 1024
+    assert crossover_from_timings({128: (0.5, 1.0), 256: (0.5, 1.0)}) == 128
+    assert crossover_from_timings({128: (2.0, 1.0), 256: (2.0, 1.0)}) is None
+    assert crossover_from_timings({128: (1.0, 1.0)}) is None  # a tie is not a win
+
+
+def test_crossover_table_rejects_incomplete_entries(tmp_path):
+    import json
+
+    from kernel.fused import crossover
+
+    path = tmp_path / "crossover.json"
+    path.write_text(json.dumps({"entries": [{"N": 1, "K": 64, "W": 2, "min_m": 128}]}))
+    with pytest.raises(ValueError, match="protocol"):
+        crossover.load_table(str(path))
+
+
 # --- GPU: the fused path --------------------------------------------------------------------------------
 def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -181,13 +258,14 @@ def on_hopper(fn):
 MAX_M = 4096
 MS = [1, 7, 64, 127, 128, 129, 255, 256, 1000, 1025, 4096]
 SHAPES = [(4096, 2048), (1000, 64)]  # (N, K): an aligned one, and ragged N with a single k-tile
+CASES = [(N, K, protocol) for protocol in ("pull", "push") for N, K in SHAPES]  # push: its tile configs
 SENTINEL = -1234.0  # exactly representable in bf16
 
 
-@pytest.fixture(scope="module", params=SHAPES, ids=lambda s: f"N{s[0]}_K{s[1]}")
+@pytest.fixture(scope="module", params=CASES, ids=lambda s: f"N{s[0]}_K{s[1]}_{s[2]}")
 def gpu_impl(request):
-    N, K = request.param
-    return FusedGemmRs(max_M=MAX_M, N=N, K=K, device=torch.device("cuda", 0), force_fused=True)
+    N, K, protocol = request.param
+    return FusedGemmRs(max_M=MAX_M, N=N, K=K, device=torch.device("cuda", 0), force_fused=True, protocol=protocol)
 
 
 def _within_bound(y, x, w):
@@ -237,9 +315,9 @@ def test_fused_repeatable_and_alternating(gpu_impl):
 
 
 @on_hopper
-def test_both_tile_configs_are_exercised(gpu_impl):
+def test_largest_and_smallest_tile_configs_are_exercised(gpu_impl):
     assert gpu_impl.uses_small_tiles(1)
-    assert not gpu_impl.uses_small_tiles(4096)
+    assert gpu_impl.tile_config_index(4096) != gpu_impl.tile_config_index(1)
 
 
 @on_hopper
@@ -267,3 +345,25 @@ def test_fused_cuda_graph_replay(gpu_impl, M):
     y = gpu_impl(x, w)  # the next eager call still works
     assert _within_bound(y, x, w) is None
 
+
+@on_hopper
+def test_kernel_loaded_from_the_host_cache_runs_like_a_fresh_compile(tmp_path, monkeypatch):
+    from kernel.fused import compile as compile_mod
+    from kernel.fused.config import GemmConfig
+
+    monkeypatch.setenv(compile_mod.KERNEL_CACHE_ENV, str(tmp_path))
+    key = compile_mod.CompileKey(1024, 256, GemmConfig(tile_n=128))
+    fresh = compile_mod._from_disk_or_compile(key, compile_mod._compile_gemm)  # compiles and stores
+    loaded = compile_mod._load_entry(key, str(tmp_path / compile_mod.key_digest(key)))
+    assert fresh.origin == "compiled" and loaded.origin == "disk"
+    import cuda.bindings.driver as cuda
+
+    M = 1000
+    x, w = _operands(M, 1024, 256, device="cuda", seed=5)
+    ys = [torch.full((M, 1024), SENTINEL, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    for k, y in zip((fresh, loaded), ys):
+        k.launch(x.data_ptr(), w.data_ptr(), y.data_ptr(), M, stream)
+    torch.cuda.synchronize()
+    assert torch.equal(ys[0], ys[1]), "the loaded kernel differs from the fresh compile"
+    assert _within_bound(ys[1], x, w) is None

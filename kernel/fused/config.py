@@ -1,0 +1,157 @@
+"""Every limit and name of the fused kernel, defined once (a leaf module: it imports nothing of the package).
+
+The kernels (:mod:`kernel.fused.gemm`, :mod:`kernel.fused.gemm_rs`, :mod:`kernel.fused.gemm_rs_push`), the
+compile cache (:mod:`kernel.fused.compile`), the workspace (:mod:`kernel.fused.workspace`) and the host
+wrapper (:mod:`kernel.fused.wrapper`) all read their constants here, so none of them imports another
+for a number or a name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- shapes and hardware ----------------------------------------------------------------------------
+#: The K tile: one 128-byte swizzle row of bf16. K must be a multiple of it.
+K_TILE = 64
+#: N must be a multiple of this (16-byte rows for TMA).
+N_ALIGN = 8
+#: Compute capability the kernels are built for (Hopper, sm_90a).
+SUPPORTED_CAPABILITY = (9, 0)
+DEFAULT_ARCH = "sm_90a"
+#: Shared memory a CTA may use on sm_90 (227 KiB).
+SMEM_CAPACITY_SM90 = 227 * 1024
+#: Group sizes of the fused path: 1 (the plain GEMM) and every W with 128 % W == 0 up to 16.
+FUSED_WORLD_SIZES = (1, 2, 4, 8, 16)
+MAX_WORLD_SIZE = max(FUSED_WORLD_SIZES)
+
+#: Widths of the N tile the kernels are built for (wgmma n, 16-byte TMA rows, a whole number of
+#: 32-column epilogue sub-tiles): 224 fills 132 SMs better than 256 for N = 7168 at some M.
+TILE_N_CHOICES = (64, 128, 192, 224, 256)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Compile-time configuration of the kernels' tiles (:class:`kernel.fused.gemm.HopperGemmBF16`; hashable:
+    part of the compile-cache key)."""
+
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 64
+    consumer_warpgroups: int = 2
+    epi_tile_n: int = 32
+    epi_stages: int = 4
+    ab_stages: int = 0  # 0: as many as fit in shared memory
+    group_n: int = 8  # raster group width, in column tiles
+    sm_count: int = 132  # persistent CTAs (H200: 132 SMs)
+
+    def validate(self) -> None:
+        if self.tile_k != K_TILE:
+            raise ValueError(f"tile_k must be {K_TILE} (one 128-byte swizzle row of bf16), got {self.tile_k}")
+        if self.consumer_warpgroups not in (1, 2) or self.tile_m != 64 * self.consumer_warpgroups:
+            raise ValueError("tile_m must be 64 * consumer_warpgroups, 1 or 2 of them (each consumer owns 64 rows)")
+        if self.tile_n not in TILE_N_CHOICES:
+            raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}, got {self.tile_n}")
+        if self.tile_n % self.epi_tile_n:
+            raise ValueError("epi_tile_n must divide tile_n")
+        if self.group_n < 1 or self.sm_count < 1:
+            raise ValueError("group_n and sm_count must be positive")
+
+
+# --- cross-rank protocol ----------------------------------------------------------------------------
+#: ``pull``: every rank stores its partial tiles in its own workspace and, after its GEMM, reduces its
+#: shard by loading all W partials through peer pointers (:mod:`kernel.fused.gemm_rs`; proven on the GPU).
+#: ``push``: partials of peers' shards are pushed (TMA stores) into the owner's inbox during the GEMM,
+#: own shard last, the W-way sum fused into the epilogue of the own tiles (:mod:`kernel.fused.gemm_rs_push`).
+PROTOCOLS = ("pull", "push")
+#: The protocol ``FusedGemmRs`` uses unless told otherwise: the one proven on the GPU.
+DEFAULT_PROTOCOL = "pull"
+
+#: A cross-rank wait that sees no progress for this long executes ``trap`` (a CUDA error, not a hang).
+SPIN_TIMEOUT_S = 60.0
+#: Backoff of a spinning lane between two polls of a flag.
+SPIN_SLEEP_NS = 64
+
+# Flag area: u32 words in every rank's symmetric workspace (semantics in the kernels' design records).
+EPOCH_WORD = 0  # calls this rank has completed (device-side epoch)
+FINISHED_WORD = 1  # CTAs of the running call that are done
+DONE_BASE = 32  # DONE_BASE + p: last epoch in which rank p finished reading (pull: our partials; push: its inbox)
+READY_BASE = 64  # READY_BASE + src * slots + tile: epoch in which src's partial of tile is in place
+if MAX_WORLD_SIZE > READY_BASE - DONE_BASE:
+    raise RuntimeError("the done words of MAX_WORLD_SIZE ranks overlap the ready words")
+
+# --- fault-injected builds --------------------------------------------------------------------------
+#: Compile-time switches that plant one real bug class each (all OFF by default; the default build's
+#: PTX is byte-identical to the build without them), for the GPU mutation meta-test
+#: (``mutants/kernel_faults.py``). Name -> (protocol it applies to, the bug it plants).
+FAULT_PROTOCOL = {
+    # pull protocol (kernel.fused.gemm_rs)
+    "dropped_peer": ("pull", "the reduction loads W-1 partials: the last rank's is never added"),
+    "relaxed_signal": ("pull", "ready flag raised st.relaxed.sys right after the TMA store is issued (no wait, "
+                               "no fence)"),
+    "stale_epoch": ("pull", "the epoch word is never advanced: every call is epoch 1, last call's flags "
+                            "satisfy waits"),
+    "write_past_capacity": ("pull", "a row stored at partial row W*S: past the partials (guard A) when S == S_max"),
+    "padding_written": ("pull", "out's padding rows (r*S + i >= M) are written (with zeros)"),
+    "wrong_owner": ("pull", "rank r reduces the shard of (r+1) % W (waits on that owner's ready flags)"),
+    # push protocol (kernel.fused.gemm_rs_push)
+    "consumer_fence_missing": ("push", "no fence.proxy.async between acquiring an owner's inbox-free flag and "
+                                       "the TMA pushes into that inbox (async-proxy writes not ordered after "
+                                       "the acquire)"),
+    "early_signal": ("push", "ready raised right after the pushes are issued, before the remote TMA stores "
+                             "completed (no wait_group 0, no proxy fence; release kept)"),
+    "wrong_inbox_slot": ("push", "partials are pushed into the inbox slot of source (r+1) % W instead of r"),
+    "own_partial_skipped": ("push", "the owner sums the W-1 inbox partials only: its own accumulator is "
+                                    "never added"),
+}
+KERNEL_FAULTS = tuple(FAULT_PROTOCOL)
+
+
+def normalize_faults(faults, protocol: str | None = None) -> frozenset:
+    """``faults`` (names from :data:`KERNEL_FAULTS`; a str is one name) as a frozenset; unknown names, or
+    (with ``protocol``) names of the other protocol's bug classes -> ``ValueError``."""
+    if faults is None:
+        return frozenset()
+    if isinstance(faults, str):
+        faults = (faults,)
+    names = frozenset(faults)
+    unknown = sorted(str(f) for f in names if f not in FAULT_PROTOCOL)
+    if unknown:
+        raise ValueError(f"unknown kernel fault(s) {unknown}: known are {list(KERNEL_FAULTS)}")
+    if protocol is not None:
+        check_protocol(protocol)
+        other = sorted(f for f in names if FAULT_PROTOCOL[f][0] != protocol)
+        if other:
+            raise ValueError(f"kernel fault(s) {other} plant bugs of the other protocol, not of {protocol!r}")
+    return names
+
+
+def check_protocol(protocol: str) -> str:
+    """``protocol`` if it names one of :data:`PROTOCOLS`; else ``ValueError``."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}: one of {list(PROTOCOLS)}")
+    return protocol
+
+
+__all__ = [
+    "GemmConfig",
+    "TILE_N_CHOICES",
+    "DEFAULT_ARCH",
+    "DEFAULT_PROTOCOL",
+    "DONE_BASE",
+    "EPOCH_WORD",
+    "FAULT_PROTOCOL",
+    "FINISHED_WORD",
+    "FUSED_WORLD_SIZES",
+    "KERNEL_FAULTS",
+    "K_TILE",
+    "MAX_WORLD_SIZE",
+    "N_ALIGN",
+    "PROTOCOLS",
+    "READY_BASE",
+    "SMEM_CAPACITY_SM90",
+    "SPIN_SLEEP_NS",
+    "SPIN_TIMEOUT_S",
+    "SUPPORTED_CAPABILITY",
+    "check_protocol",
+    "normalize_faults",
+]
