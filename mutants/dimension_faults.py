@@ -74,11 +74,27 @@ class FusedEpochBakedAtCapture(_WrapperFault):
 
     def _launch(self, x, w, out, M):
         if self._workspace is not None:
-            from kernel.fused.workspace import EPOCH_WORD
+            from kernel.fused.config import EPOCH_WORD
 
             self._workspace.flags[EPOCH_WORD : EPOCH_WORD + 1].fill_(self._host_epoch)  # the bug
             self._host_epoch += 1
         super()._launch(x, w, out, M)
+
+
+class FusedGlobalRankAtLaunch(_WrapperFault):
+    """The global rank used where the group rank is meant, at the kernel launch: the wrapper passes
+    ``dist.get_rank()`` (the world rank) as the kernel's rank argument. On the world group they coincide; on
+    a TP group that does not start at world rank 0 the kernel reduces another rank's shard, or indexes
+    peers past the group (W = 4: layouts 2 x 2 and {1, 3})."""
+
+    name = "fused-wrapper-global-rank-at-launch"
+
+    def __init__(self, group=None, **kwargs):
+        super().__init__(group, **kwargs)
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self.rank = dist.get_rank()  # the bug: after the workspace was built on the group rank
 
 
 class FusedWorkspaceSharedAcrossGroups(_WrapperFault):
@@ -128,8 +144,12 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
                        "call_raised")),
     WrapperMutantSpec("FusedEpochBakedAtCapture", "an epoch baked in at capture (host call count)",
                       ("graph_replay", "graph_replay_exact", "dispatch_graph_replay")),
+    WrapperMutantSpec("FusedGlobalRankAtLaunch", "the global rank used where the group rank is meant",
+                      ("within_tolerance", "bitwise_equal", "padded_rows_untouched", "call_raised", "died",
+                       "hang"), (4,)),
     WrapperMutantSpec("FusedWorkspaceSharedAcrossGroups", "a flag/signal area shared between TP groups",
-                      ("within_tolerance", "bitwise_equal", "outside_rank_untouched", "hang"), (4,)),
+                      ("other_groups_untouched", "within_tolerance", "bitwise_equal", "outside_rank_untouched",
+                       "hang"), (4,)),
 )
 
 

@@ -111,6 +111,16 @@ class RankContext:
         view.rank, view.world_size, view.group = self.world_rank, self.pool_world_size, None
         return view
 
+    def gather(self, answer) -> dict[int, object]:
+        """group rank -> ``answer`` of every rank of this context's group (one ``all_gather_object``)."""
+        import torch.distributed as dist
+
+        if self.world_size == 1 or not dist.is_initialized():
+            return {self.rank: answer}
+        out: list = [None] * self.world_size
+        dist.all_gather_object(out, answer, group=self.group)
+        return dict(enumerate(out))
+
     def sync_world(self) -> None:
         """Every world rank here, on the harness's own gloo group (not the default group an implementation
         may use: an implementation's stray collective on the world group can never pair with it)."""

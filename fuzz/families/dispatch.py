@@ -23,7 +23,6 @@ sequence is the same on every rank), in that order (alternating across the thres
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from kernel import collectives
 from kernel.checks import shard_rows, valid_rows
@@ -34,7 +33,7 @@ from properties.result import CheckResult
 
 from ..case import Case
 from .context import RankContext, aligned_if_waived, waiver
-from .instances import crossover_neighbours
+from .crossover import crossover_neighbours, should_run_asker
 from .verified import tag_checks
 
 GRAPH_SEED_OFFSET = 3_000_017
@@ -62,9 +61,7 @@ class DispatchLayer:
 def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     r, W = ctx.rank, ctx.world_size
     layer = DispatchLayer(impl, ctx.group)
-    probe = torch.empty(case.max_M, case.K, dtype=torch.bfloat16, device=ctx.device)
-    mine = crossover_neighbours(lambda M: bool(impl.should_run(probe[:M])), case.max_M)
-    crossings = gather(ctx, mine)
+    crossings = ctx.gather(crossover_neighbours(should_run_asker(ctx.device, impl, case), case.max_M))
     checks = [dispatch_agrees_across_ranks(crossings, rank=r, what="should_run crossover [c-1, c]")]
     around = sorted({M for c in crossings.values() for M in c})
     seen: dict[int, bool] = {}
@@ -83,7 +80,7 @@ def one_step(ctx: RankContext, layer: DispatchLayer, case: Case, M: int, seed: i
     x, w = ctx.x(case, seed, M), ctx.w(case, seed)
     n_valid, row0 = valid_rows(M, W, r), r * shard_rows(M, W)
     go, can = bool(layer.op.should_run(x)), bool(layer.op.can_run(w))
-    answers = gather(ctx, (go, can))
+    answers = ctx.gather((go, can))
     checks = [dispatch_agrees_across_ranks(answers, rank=r, what=f"(should_run, can_run) at M={M}")]
     if M in seen:
         checks.append(should_run_stable({M: seen[M]}, {M: go}, rank=r, what="the same instance, asked again"))
@@ -148,12 +145,3 @@ def layer_output(y, truth, ref, n_valid: int, exact: bool, rank: int, row0: int,
     if exact:
         return bitwise_equal(y, ref, n_valid, rank=rank, row_offset=row0, name=name)
     return within_tolerance(y, truth, rank=rank, name=name)
-
-
-def gather(ctx: RankContext, answer) -> dict[int, object]:
-    """group rank -> ``answer`` of every rank of this context's group (one all_gather_object)."""
-    if ctx.world_size == 1 or not dist.is_initialized():
-        return {ctx.rank: answer}
-    out: list = [None] * ctx.world_size
-    dist.all_gather_object(out, answer, group=ctx.group)
-    return dict(enumerate(out))

@@ -34,8 +34,7 @@ from properties.result import CheckResult
 
 from ..case import Case
 from .context import RankContext, aligned_if_waived, waiver
-from .dispatch import gather
-from .instances import crossover_neighbours
+from .crossover import crossover_neighbours, should_run_asker
 from .verified import verified_call
 
 MIN_ROUNDS = 3
@@ -101,12 +100,11 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
 def graph_ms(ctx: RankContext, impl, case: Case) -> list[int]:
     """Step 1: the graphs' M values, the same on every rank (first: ms[0], aligned if waived)."""
     W = ctx.world_size
-    probe = torch.empty(case.max_M, case.K, dtype=torch.bfloat16, device=ctx.device)
-    mine = list(crossover_neighbours(lambda M: bool(impl.should_run(probe[:M])), case.max_M))
+    mine = crossover_neighbours(should_run_asker(ctx.device, impl, case), case.max_M)
     small_tiles = getattr(impl, "uses_small_tiles", None)  # the fused kernel's tile switch (where it runs)
     if callable(small_tiles) and impl.can_run(ctx.w(case, case.seed)):
         mine += crossover_neighbours(lambda M: not small_tiles(M), case.max_M)
-    union = sorted({M for answer in gather(ctx, mine).values() for M in answer})
+    union = sorted({M for answer in ctx.gather(mine).values() for M in answer})
     wanted = [case.ms[0], *union, *case.ms[1:]]  # the drawn M, both sides of both switches, then the rest
     ms = list(dict.fromkeys(aligned_if_waived(impl, M, W, case.max_M) for M in wanted))
     return ms[:MAX_GRAPHS]

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from properties.dispatch import should_run_stable
 from properties.result import CheckResult
 from properties.state import snapshot, state_unchanged
 
 from ..case import Case
 from .context import RankContext, aligned_if_waived, close_impl
+from .crossover import crossover_neighbours, should_run_asker
 from .verified import verified_call
 
 RECREATE_SEED_OFFSET = 5_000_011
@@ -102,27 +101,8 @@ def checked_call(ctx: RankContext, live: list[Live], which: int, M: int, seed: i
 
 
 def probe_should_run(ctx: RankContext, impl, case: Case, ms: list[int] | None = None) -> dict[int, bool]:
-    """``impl.should_run`` at ``ms`` (default: 1, max_M and both sides of the crossover — the smallest M
-    where it says yes, found by bisection as if it were monotone), on rows of one real (max_M, K) tensor."""
-    x = torch.empty(case.max_M, case.K, dtype=torch.bfloat16, device=ctx.device)
-
-    def ask(M: int) -> bool:
-        return bool(impl.should_run(x[:M]))
-
+    """``impl.should_run`` at ``ms`` (default: 1, max_M and both sides of its crossover)."""
+    ask = should_run_asker(ctx.device, impl, case)
     if ms is None:
         ms = sorted({1, case.max_M, *crossover_neighbours(ask, case.max_M)})
     return {M: ask(M) for M in ms}
-
-
-def crossover_neighbours(ask, max_M: int) -> list[int]:
-    """[c - 1, c] for the smallest c in 1..max_M with ``ask(c)`` true (bisection; ask(max_M) false: none)."""
-    if not ask(max_M):
-        return []
-    lo, hi = 1, max_M  # ask(hi) is true
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ask(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return [m for m in (lo - 1, lo) if 1 <= m <= max_M]

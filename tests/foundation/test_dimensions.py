@@ -12,7 +12,7 @@ import torch
 
 from fuzz.case import Case
 from fuzz.families import RankContext, run_case
-from fuzz.families.instances import crossover_neighbours
+from fuzz.families.crossover import crossover_neighbours
 from fuzz.layouts import check_layout, layouts_for, outside_ranks, placement, replica_seed
 from kernel.unfused import UnfusedGemmRs
 from mutants import catalogue
