@@ -47,6 +47,12 @@ def m_values(world_size: int, max_M: int) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(boundary_ms(world_size, max_M)), st.integers(1, max_M))
 
 
+def ms_near(favoured, world_size: int, max_M: int, *, max_size: int) -> st.SearchStrategy[list[int]]:
+    """1..max_size M values, each one of ``favoured`` (those within max_M) or any valid M."""
+    return st.lists(st.one_of(st.sampled_from([m for m in favoured if m <= max_M]), m_values(world_size, max_M)),
+                    min_size=1, max_size=max_size)
+
+
 def shapes(topology: str) -> st.SearchStrategy[tuple[int, int]]:
     return st.sampled_from(SHAPES[machine(topology)])
 
@@ -122,8 +128,7 @@ def dispatch_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
     """A layer dispatching on should_run / can_run, M alternating across the threshold."""
     max_M = max_M or MAX_M[machine(topology)]
     N, K = draw(shapes(topology))
-    ms = draw(st.lists(st.one_of(st.sampled_from(DISPATCH_MS), m_values(world_size, max_M)), min_size=1,
-                       max_size=3))
+    ms = draw(ms_near(DISPATCH_MS, world_size, max_M, max_size=3))
     kind = draw(st.sampled_from(["exact", "gaussian"]))
     return Case("dispatch", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out="none", repeat=1,
                 layout=draw(layouts(world_size)))
@@ -179,8 +184,7 @@ def streams_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     """Calls on a non-default stream beside a busy one, inputs overwritten and freed right after."""
     max_M = max_M or MAX_M[machine(topology)]
     N, K = draw(shapes(topology))
-    ms = draw(st.lists(st.one_of(st.sampled_from(STREAM_MS), m_values(world_size, max_M)), min_size=1,
-                       max_size=2))
+    ms = draw(ms_near(STREAM_MS, world_size, max_M, max_size=2))
     kind = draw(st.sampled_from(["exact", "gaussian"]))
     out = draw(st.sampled_from(["guarded", "none"]))
     return Case("streams", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
