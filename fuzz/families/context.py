@@ -35,10 +35,6 @@ class TpGroup:
     index: int
     handle: object = None
 
-    @property
-    def key(self) -> tuple[int, ...]:
-        return self.members
-
 
 @dataclass
 class _Shared:
@@ -76,9 +72,9 @@ class RankContext:
     def on_world(self) -> bool:
         return self.tp.handle is None and len(self.tp.members) == self.pool_world_size
 
-    def create_groups(self, layout: Layout | None) -> dict[tuple[int, ...], object]:
-        """The process group of every group of ``layout`` (members -> group), created on first use: every
-        world rank calls ``dist.new_group`` for every group, in the layout's order (a collective)."""
+    def create_groups(self, layout: Layout | None) -> None:
+        """The process group of every group of ``layout``, created on first use and kept: every world rank
+        calls ``dist.new_group`` for every group not made yet, in the layout's order (a collective)."""
         check_layout(layout, self.pool_world_size)
         import torch.distributed as dist
 
@@ -86,7 +82,6 @@ class RankContext:
         for members in layout or []:
             if tuple(members) not in groups:
                 groups[tuple(members)] = dist.new_group(list(members))
-        return {tuple(m): groups[tuple(m)] for m in layout or []}
 
     def on_group(self, members, index: int) -> RankContext:
         """This rank as group rank ``members.index(world_rank)`` of the TP group ``members`` (created by
@@ -136,10 +131,10 @@ class RankContext:
         dist.barrier(group=self._shared.sync_group)
 
     # instances ------------------------------------------------------------------------------
-    def impl(self, case: Case, *, shape: tuple[int, int, int] | None = None):
-        """The long-lived instance of this group for (max_M, N, K) (``shape``, default the case's)."""
-        max_M, N, K = shape or (case.max_M, case.N, case.K)
-        key = (self.tp.key, max_M, N, K)
+    def impl(self, case: Case):
+        """This group's long-lived instance of the case's (max_M, N, K)."""
+        max_M, N, K = case.max_M, case.N, case.K
+        key = (self.tp.members, max_M, N, K)
         if key not in self._impls:
             self._impls[key] = self.new_impl(max_M, N, K)
         return self._impls[key]
