@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
+
+from .pool import killpg_while_alive
+from .status import Status
 
 PROFILES = {
     # profile: (HYPOTHESIS_PROFILE, examples override or None)
@@ -34,16 +38,15 @@ def default_pools_per_gpu(cpus: int | None = None) -> int:
     return max(1, min(4, (cpus or os.cpu_count() or 1) // 4))
 
 
-def _interrupt(proc: subprocess.Popen, flag: threading.Event, grace_s: float = 30.0) -> None:
+def _interrupt(proc: subprocess.Popen, leader: int, flag: threading.Event, grace_s: float = 30.0) -> None:
     """Time limit: SIGINT to pytest's whole session (it stops and writes its JUnit XML), SIGKILL after a
-    grace period. Rank pools watch their driver and die with it."""
+    grace period; only while pytest (the session leader, pinned by the pidfd ``leader``) is alive. Rank
+    pools watch their driver and die with it."""
     import signal
 
     flag.set()
     for sig in (signal.SIGINT, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+        if not killpg_while_alive(leader, proc.pid, sig):
             return
         try:
             proc.wait(timeout=grace_s)
@@ -52,13 +55,20 @@ def _interrupt(proc: subprocess.Popen, flag: threading.Event, grace_s: float = 3
             continue
 
 
+#: A case record's status: its first "status" key (the case itself has none; fuzz/record.py writes it first).
+_STATUS = re.compile(r'"status": "([a-z]+)"')
+
+
 def _count_cases(out_dir: str) -> tuple[int, int]:
     done = failed = 0
     for path in glob.glob(os.path.join(out_dir, "cases-*.jsonl")):
         with open(path) as f:
             for line in f:
+                m = _STATUS.search(line)
+                if m is None or not line.endswith("\n"):
+                    continue  # a line still being written
                 done += 1
-                failed += '"status": "passed"' not in line and '"status": "skipped"' not in line
+                failed += not Status(m.group(1)).ok
     return done, failed
 
 
@@ -141,9 +151,10 @@ def main(argv=None) -> int:
     with open(os.path.join(out_dir, "pytest.log"), "w") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
+        leader = os.pidfd_open(proc.pid)  # not reaped yet: pins pytest, the leader of its session
         limit = None
         if args.time_limit:
-            limit = threading.Timer(args.time_limit, _interrupt, args=(proc, timed_out))
+            limit = threading.Timer(args.time_limit, _interrupt, args=(proc, leader, timed_out))
             limit.daemon = True
             limit.start()
         for line in proc.stdout:
@@ -153,6 +164,8 @@ def main(argv=None) -> int:
         rc = proc.wait()
         if limit is not None:
             limit.cancel()
+            limit.join()
+        os.close(leader)
     stop.set()
     if timed_out.is_set():
         print(f"[gate] time limit of {args.time_limit:.0f}s reached: pytest was interrupted; the report covers the "

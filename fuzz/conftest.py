@@ -1,5 +1,10 @@
 """Fuzz-suite plumbing: which (implementation, topology, W) combinations to gate, and one long-lived
-rank pool per combination per xdist worker (GPUs leased to workers without overlap)."""
+rank pool per combination per xdist worker (GPUs leased to workers without overlap), closed when the
+worker moves on to another combination.
+
+An implementation named for gating (``--impl``, or ``fused`` implied by a Hopper host) that can run on
+none of the host's topologies is not dropped: it becomes one entry per test, ``<impl>-unrunnable``,
+that fails with the reason — the gate never passes an implementation it did not run."""
 
 from __future__ import annotations
 
@@ -33,15 +38,31 @@ def _has_hopper() -> bool:
         return False
 
 
+#: Implementations that only run on a GPU topology, and why: never gated on the cpu topology.
+NEEDS_GPU = {
+    "fused": "the fused CuTe DSL kernel runs on a Hopper GPU (topology shared-gpu or multi-gpu)",
+    "torch-async-tp": "PyTorch's async-TP op needs CUDA symmetric memory (topology shared-gpu or multi-gpu)",
+}
+#: The topology of a gate entry whose implementation can run on none of the host's topologies.
+UNRUNNABLE = "unrunnable"
+#: impl -> why it cannot be gated here (set by gate_matrix)
+_UNRUNNABLE_WHY: dict[str, str] = {}
+
+
 def gate_matrix(config) -> list[tuple[str, str, int]]:
     topologies = _csv(config.getoption("--topology")) or available_topologies()
     impls = _csv(config.getoption("--impl")) or (["unfused", "fused"] if _has_hopper() else ["unfused"])
     sizes = _csv(config.getoption("--world-sizes"))
     out = []
     for impl in impls:
-        for topo in topologies:
-            if impl == "fused" and topo == "cpu":
-                continue  # the fused kernel needs a GPU; the cpu topology gates the unfused path
+        runnable = [t for t in topologies if not (impl in NEEDS_GPU and t == "cpu")]
+        if not runnable:
+            _UNRUNNABLE_WHY[impl] = (f"--impl {impl} cannot be gated here: {NEEDS_GPU[impl]}, and the topologies "
+                                     f"to gate are {topologies} (GPUs on this host: {gpu_count()}). Nothing of "
+                                     f"{impl} ran, so the gate fails; run it on a Hopper GPU host")
+            out.append((impl, UNRUNNABLE, 0))
+            continue
+        for topo in runnable:
             ws = [int(w) for w in sizes] if sizes else ([1, 2, 3, 4, 8] if topo == "cpu" else [1, 2, 4, 8])
             if topo == "multi-gpu" and not sizes:
                 ws = [w for w in ws if 2 <= w <= gpu_count()]  # one GPU per rank; W=1 is shared-gpu's
@@ -53,7 +74,8 @@ def gate_matrix(config) -> list[tuple[str, str, int]]:
 def pytest_generate_tests(metafunc):
     if "gate" in metafunc.fixturenames:
         combos = gate_matrix(metafunc.config)
-        metafunc.parametrize("gate", combos, ids=[f"{i}-{t}-W{w}" for i, t, w in combos], scope="session")
+        ids = [f"{i}-{t}" if t == UNRUNNABLE else f"{i}-{t}-W{w}" for i, t, w in combos]
+        metafunc.parametrize("gate", combos, ids=ids, scope="session")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -71,7 +93,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         callspec = getattr(item, "callspec", None)
         gate = callspec.params.get("gate") if callspec else None
-        if not gate or gate[1] == "cpu":
+        if not gate or gate[1] in ("cpu", UNRUNNABLE):
             continue
         impl, topology, world_size = gate
         group = "multi-gpu" if topology == "multi-gpu" else f"gpu-{_PLACE[(impl, world_size)]}"
@@ -79,6 +101,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = None) -> RankPool:
+    if topology == UNRUNNABLE:
+        pytest.fail(_UNRUNNABLE_WHY.get(impl, f"--impl {impl} can run on none of this host's topologies"),
+                    pytrace=False)
     spec = PoolSpec(impl=impl, topology=topology, world_size=world_size,
                     optimize=sys.flags.optimize if optimize is None else optimize)
     pool = _POOLS.get(spec.key())
@@ -116,6 +141,22 @@ def pool_factory():
 def pool(gate, pool_factory) -> RankPool:
     impl, topology, world_size = gate
     return pool_factory(impl, topology, world_size)
+
+
+def _gate_of(item) -> tuple | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("gate") if callspec is not None else None
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Close a combination's pools once this worker's next test belongs to another one: a worker holds
+    the rank processes of one combination at a time (a session over many implementations, such as the
+    kill matrix, would otherwise keep every implementation's ranks alive to the end)."""
+    gate = _gate_of(item)
+    if gate is None or (nextitem is not None and _gate_of(nextitem) == gate):
+        return
+    for key in [k for k in _POOLS if k[:3] == tuple(gate)]:
+        _POOLS.pop(key).close()
 
 
 def pytest_sessionfinish(session):

@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 
 from .case import Case, PoolSpec
 from .pool import RankPool
+from .status import Status
 from .strategies import FAMILY_STRATEGIES
 
 
@@ -68,7 +69,7 @@ def compare(results: dict[str, list]) -> dict:
         for impl in impls:
             rep = results[impl][k]
             statuses[impl][rep.status] += 1
-            if rep.status in ("passed", "failed"):
+            if rep.status in (Status.PASSED, Status.FAILED):
                 digests[impl] = call_digests(rep)
         for a, b in pairs:
             if a not in digests or b not in digests:
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
     summary = compare(results)
     print(f"{len(cases)} {args.family} cases, W={args.world_size}, topology {args.topology}")
     print(render(summary))
-    failed = any(v for i, s in summary["statuses"].items() for k, v in s.items() if k not in ("passed", "skipped"))
+    failed = any(v for i, s in summary["statuses"].items() for k, v in s.items() if not Status(k).ok)
     ok = not summary["disagreements"] and not failed
     print(f"verdict: {'PASSED' if ok else 'FAILED'}")
     return 0 if ok else 1

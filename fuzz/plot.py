@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from .status import Status
+
 M_CLASSES = ("1", "2..W-1", "W", "W+1", "<127", "127-129", "130-254", "255-257", "258-1022", "1023-1025",
              "1026-4096", "4097-8190", "8191+")
 
@@ -42,7 +44,7 @@ def coverage(cases: list[dict]) -> dict[tuple, dict[str, list[int]]]:
         if row["case"]["family"] not in ("compute", "graph"):
             continue
         key = (row["impl"], row["topology"], row["world_size"])
-        failed = row["status"] not in ("passed", "skipped")
+        failed = not Status(row["status"]).ok
         for M in row["case"]["ms"]:
             cell = grid.setdefault(key, {}).setdefault(m_class(M, row["world_size"]), [0, 0])
             cell[0] += 1

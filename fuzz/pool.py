@@ -1,16 +1,28 @@
-"""A long-lived pool of W rank processes started with ``torchrun``, reused across cases.
+"""A long-lived pool of W rank processes started with ``torchrun``, reused across cases: its lifecycle.
 
-The driver (a pytest process, or ``fuzz.repro``) listens on a loopback port; each rank connects and
-receives cases as JSON (:mod:`fuzz.channel`). :meth:`RankPool.run` sends one case to every rank and
-waits for every rank's result until the case deadline. Liveness (CONTRACT.md: nothing hangs):
+The driver (a pytest process, or ``fuzz.repro``) listens on a loopback port; each rank connects, says
+hello and receives cases as JSON (:mod:`fuzz.channel`). :meth:`RankPool.run` sends one case to every
+rank and collects every rank's result; :mod:`fuzz.verdict` turns them into a status, :mod:`fuzz.render`
+into text. Ranks send their result as soon as their checks are done — before any cross-rank
+collective — so a rank's exception reaches the driver even when it leaves its peers blocked.
 
-* deadline passed  -> every rank gets SIGUSR1 (faulthandler dumps all threads' stacks), the stacks go
-  into the report, the whole pool is killed (SIGTERM, then SIGKILL) and restarted for the next case;
-* a rank dies      -> its socket closes or torchrun exits: reported with the rank's log tail, the pool
-  is killed and restarted; the driver never waits on a dead rank;
-* ``close()`` / interpreter exit kill torchrun and every rank's process group; ranks also die with
-  torchrun (PR_SET_PDEATHSIG) and with the driver (a watchdog thread polls its pid), so no orphan
-  outlives a driver that was itself killed.
+Liveness (CONTRACT.md: nothing hangs):
+
+* deadline passed   -> HANG: every rank's stacks (SIGUSR1: faulthandler dumps all threads) go into the
+  report, the pool is killed;
+* a rank dies       -> DIED: its socket closes or torchrun exits; reported with torchrun's account of the
+  rank and its exit code and the log tails; the driver never waits on a dead rank;
+* a rank raised     -> the others get :data:`fuzz.verdict.GRACE_S` to report (they may be blocked in a
+  collective with it), then every rank's stacks are taken and the pool is killed;
+* any case that is not PASSED or SKIPPED kills the pool, so the next case starts on a fresh one (a
+  sticky CUDA error or a half-finished collective never leaks into the next example or the shrinking);
+* ``close()`` / interpreter exit kill torchrun and the ranks; ranks also die with torchrun
+  (PR_SET_PDEATHSIG) and with the driver (a watchdog thread polls its pid).
+
+Signals reach only processes that are provably this pool's: each rank is pinned by a pidfd opened at
+hello time (after checking that it descends from our torchrun), and a rank's process group is signalled
+only while the pidfd of its leader says the leader is alive; torchrun's group only while its Popen
+handle has not been reaped. A pid that died and was reused by someone else is never signalled.
 """
 
 from __future__ import annotations
@@ -18,6 +30,8 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import re
+import select
 import selectors
 import signal
 import socket
@@ -25,86 +39,72 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 
-from .case import Case, PoolSpec, repro_command
+from . import verdict
+from .case import Case, PoolSpec
 from .channel import Channel, ChannelClosed
+from .report import CaseReport
+from .status import Status
 from .topology import rank_env
 
 DEFAULT_DEADLINE = float(os.environ.get("GEMM_RS_CASE_DEADLINE", "120"))
 START_TIMEOUT = float(os.environ.get("GEMM_RS_POOL_START_TIMEOUT", "180"))
+#: Seconds ranks get to write their stacks after SIGUSR1.
+STACKS_WAIT_S = 2.0
 
 
 class PoolError(RuntimeError):
     """The pool could not start, or broke outside a case."""
 
 
-@dataclass
-class CaseReport:
-    """What the ranks said about one case, plus what reruns it."""
+class RankProcess:
+    """One rank's process, pinned by a pidfd opened at hello, and the process group it leads (or that its
+    launcher leads, e.g. ``compute-sanitizer`` under sanitizer mode)."""
 
-    case: Case
-    spec: PoolSpec
-    status: str                       # passed | failed | hang | died | error
-    ranks: dict[int, dict] = field(default_factory=dict)   # rank -> result message
-    stacks: dict[int, str] = field(default_factory=dict)
-    logs: dict[int, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    note: str = ""
+    def __init__(self, rank: int, pid: int, launcher_pid: int):
+        self.rank, self.pid = rank, pid
+        self._fds: list[int] = []
+        try:
+            self.fd = self._pin(pid, launcher_pid)
+            self.pgid = os.getpgid(pid)
+            if self.pgid == pid:
+                self.leader_fd: int | None = self.fd
+            elif self.pgid == launcher_pid:
+                self.leader_fd = None  # torchrun's own group: signalled through its Popen handle
+            else:
+                self.leader_fd = self._pin(self.pgid, launcher_pid)
+            if self.exited():
+                raise ProcessLookupError(pid)
+        except (OSError, PoolError) as exc:  # ProcessLookupError is an OSError
+            self.close()
+            raise PoolError(f"rank {rank} (pid {pid}) is gone or not a process of this pool: {exc}") from exc
 
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
+    def _pin(self, pid: int, launcher_pid: int) -> int:
+        fd = os.pidfd_open(pid)
+        self._fds.append(fd)
+        if not _descends_from(pid, launcher_pid):
+            raise PoolError(f"pid {pid} does not descend from this pool's torchrun (pid {launcher_pid})")
+        return fd
 
-    def checks(self):
-        for rank, msg in sorted(self.ranks.items()):
-            for c in msg.get("checks", []):
-                yield rank, c
+    def exited(self, timeout: float = 0.0) -> bool:
+        return _fd_exited(self.fd, timeout)
 
-    def failed_checks(self) -> list[dict]:
-        return [c for _, c in self.checks() if not c["passed"] and not c["skipped"]]
+    def signal(self, sig: int) -> None:
+        try:
+            signal.pidfd_send_signal(self.fd, sig)
+        except ProcessLookupError:
+            pass
 
-    def skipped_checks(self) -> list[dict]:
-        return [c for _, c in self.checks() if c["skipped"]]
+    def signal_group(self, sig: int) -> None:
+        """``sig`` to the rank's process group while its leader is provably alive, and to the rank."""
+        if self.leader_fd is not None:
+            killpg_while_alive(self.leader_fd, self.pgid, sig)
+        self.signal(sig)
 
-    def property_names(self) -> set[str]:
-        return {c["name"] for _, c in self.checks()}
-
-    def repro(self) -> str:
-        return repro_command(self.case, self.spec)
-
-    def render(self, max_failures: int = 6) -> str:
-        from properties.result import CheckResult
-
-        lines = [f"GEMM-RS fuzz case {self.status.upper()}: {self.case.short()} "
-                 f"[impl={self.spec.impl} topology={self.spec.topology} W={self.spec.world_size} "
-                 f"optimize={self.spec.optimize}] in {self.seconds:.2f}s"]
-        if self.note:
-            lines.append(self.note)
-        for i, c in enumerate(self.failed_checks()):
-            if i == max_failures:
-                lines.append(f"... and {len(self.failed_checks()) - max_failures} more failed checks")
-                break
-            lines.append(CheckResult(**{**c, "worst_index": tuple(c["worst_index"]) if c["worst_index"] else None})
-                         .render())
-        for rank, msg in sorted(self.ranks.items()):
-            if msg.get("error"):
-                lines.append(f"rank {rank} raised:\n{msg['error'].rstrip()}")
-        for rank, text in sorted(self.stacks.items()):
-            lines.append(f"--- rank {rank} stacks ---\n{text.rstrip()}")
-        for rank, text in sorted(self.logs.items()):
-            if text.strip():
-                lines.append(f"--- rank {rank} log (tail) ---\n{text.rstrip()}")
-        lines.append(f"REPRO: {self.repro()}")
-        return "\n".join(lines)
-
-
-class FuzzFailure(AssertionError):
-    """A case failed; the message holds every failed check, stacks if it hung, and the REPRO line."""
-
-    def __init__(self, report: CaseReport):
-        super().__init__(report.render())
-        self.report = report
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
 
 class RankPool:
@@ -117,10 +117,13 @@ class RankPool:
         self.proc: subprocess.Popen | None = None
         self.chans: dict[int, Channel] = {}
         self.hello: dict[int, dict] = {}
+        self.procs: dict[int, RankProcess] = {}
         self.starts = 0
         self.start_seconds: list[float] = []
-        self._ids = itertools.count()
+        self.cases_since_start = 0
         self.last_pids: dict[int, int] = {}
+        self._ids = itertools.count()
+        self._launcher_log = None
         atexit.register(self.close)
 
     # lifecycle ------------------------------------------------------------------------------
@@ -129,43 +132,24 @@ class RankPool:
         return self.proc is not None and self.proc.poll() is None and len(self.chans) == self.spec.world_size
 
     def rank_pids(self) -> dict[int, int]:
-        return {r: h["pid"] for r, h in self.hello.items()}
+        return {r: p.pid for r, p in self.procs.items()}
 
     def start(self) -> None:
         if self.alive:
             return
-        self.close()
+        self.kill()
         t0 = time.perf_counter()
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.bind(("127.0.0.1", 0))
         server.listen(self.spec.world_size)
         host, port = server.getsockname()
-        env = dict(os.environ)
-        env.update(rank_env(self.spec.topology, self.gpus))
-        env.update(self.extra_env)
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-        env.update(GEMM_RS_DRIVER=f"{host}:{port}", GEMM_RS_DRIVER_PID=str(os.getpid()),
-                   GEMM_RS_LOGDIR=self.logdir, GEMM_RS_IMPL=self.spec.impl,
-                   OMP_NUM_THREADS=env.get("GEMM_RS_RANK_THREADS", "1"), PYTHONUNBUFFERED="1")
-        if self.spec.optimize:
-            env["PYTHONOPTIMIZE"] = str(self.spec.optimize)
-        else:
-            env.pop("PYTHONOPTIMIZE", None)
         for f in os.listdir(self.logdir):
             os.unlink(os.path.join(self.logdir, f))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={self.spec.world_size}", "--max-restarts=0", "--monitor-interval=0.2"]
-        if self.spec.sanitizer:
-            # each rank: compute-sanitizer (its own log file per process) -> python -m fuzz.rank_worker
-            cmd += ["--no-python", "compute-sanitizer", f"--tool={self.spec.sanitizer}", "--report-api-errors=no",
-                    "--print-limit=50", f"--log-file={os.path.join(self.logdir, 'sanitizer-%p.log')}",
-                    sys.executable, "-u", "-m", "fuzz.rank_worker"]
-        else:
-            cmd += ["-m", "fuzz.rank_worker"]
         self._launcher_log = open(os.path.join(self.logdir, "torchrun.log"), "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._launcher_log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=repo)
+        self.proc = subprocess.Popen(self._command(), env=self._env(repo, f"{host}:{port}"),
+                                     stdout=self._launcher_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, cwd=repo)
         server.settimeout(1.0)
         deadline = time.monotonic() + START_TIMEOUT
         pending: list[Channel] = []
@@ -185,6 +169,7 @@ class RankPool:
                 hello = ch.recv(timeout=max(1.0, deadline - time.monotonic()))
                 self.chans[hello["rank"]] = ch
                 self.hello[hello["rank"]] = hello
+                self.procs[hello["rank"]] = RankProcess(hello["rank"], hello["pid"], self.proc.pid)
         except BaseException:
             for ch in pending:
                 ch.close()
@@ -193,11 +178,33 @@ class RankPool:
         finally:
             server.close()
         self.starts += 1
+        self.cases_since_start = 0
         self.start_seconds.append(time.perf_counter() - t0)
 
-    def restart(self) -> None:
-        self.kill()
-        self.start()
+    def _env(self, repo: str, driver: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(rank_env(self.spec.topology, self.gpus))
+        env.update(self.extra_env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+        env.update(GEMM_RS_DRIVER=driver, GEMM_RS_DRIVER_PID=str(os.getpid()), GEMM_RS_LOGDIR=self.logdir,
+                   GEMM_RS_IMPL=self.spec.impl, OMP_NUM_THREADS=env.get("GEMM_RS_RANK_THREADS", "1"),
+                   PYTHONUNBUFFERED="1")
+        if self.spec.optimize:
+            env["PYTHONOPTIMIZE"] = str(self.spec.optimize)
+        else:
+            env.pop("PYTHONOPTIMIZE", None)
+        return env
+
+    def _command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={self.spec.world_size}", "--max-restarts=0", "--monitor-interval=0.2"]
+        if self.spec.sanitizer:
+            # each rank: compute-sanitizer (its own log file per process) -> python -m fuzz.rank_worker
+            return cmd + ["--no-python", "compute-sanitizer", f"--tool={self.spec.sanitizer}",
+                          "--report-api-errors=no", "--print-limit=50",
+                          f"--log-file={os.path.join(self.logdir, 'sanitizer-%p.log')}",
+                          sys.executable, "-u", "-m", "fuzz.rank_worker"]
+        return cmd + ["-m", "fuzz.rank_worker"]
 
     def close(self, grace_s: float = 10.0) -> None:
         """Stop politely (ranks exit their loop, ``grace_s`` to do it), then make sure nothing is left."""
@@ -214,41 +221,72 @@ class RankPool:
         self.kill()
 
     def kill(self) -> None:
-        """SIGTERM then SIGKILL to torchrun's and every rank's process group; reap torchrun."""
+        """SIGKILL to every rank (and the group it leads, while provably ours) and to torchrun's group
+        (while unreaped); waits for all of them; reaps torchrun. Nothing in a pool is worth a graceful
+        exit, except under a sanitizer: SIGTERM first, so it can write what it found."""
         for ch in self.chans.values():
             ch.close()
         self.chans = {}
-        groups = [_pgid(pid) for pid in self.rank_pids().values()]  # a rank under a sanitizer is in its group
-        if self.proc is not None:
-            groups.append(self.proc.pid)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pgid in groups:
+        steps = ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)) if self.spec.sanitizer else ((signal.SIGKILL, 10.0),)
+        for sig, wait_s in steps:
+            for p in self.procs.values():
+                p.signal_group(sig)
+            if self.proc is not None and self.proc.returncode is None:
                 try:
-                    os.killpg(pgid, sig)
+                    os.killpg(self.proc.pid, sig)  # our child, not yet reaped: its pid cannot be anyone else's
                 except (ProcessLookupError, PermissionError):
                     pass
-            if self.proc is not None:
-                try:
-                    self.proc.wait(timeout=3 if sig == signal.SIGTERM else 10)
-                    if sig == signal.SIGTERM:
-                        continue
-                except subprocess.TimeoutExpired:
-                    continue
-        self.proc = None
-        if self.hello:
+            if self._wait_gone(wait_s):
+                break
+        for p in self.procs.values():
+            p.close()
+        if self.procs:
             self.last_pids = self.rank_pids()  # for orphan checks after the pool is gone
-        self.hello = {}
+        self.procs, self.hello, self.proc = {}, {}, None
+        if self._launcher_log is not None:
+            self._launcher_log.close()
+            self._launcher_log = None
+
+    def _wait_gone(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+        return all(p.exited(max(0.0, end - time.monotonic())) for p in self.procs.values())
 
     # cases ---------------------------------------------------------------------------------
-    def run(self, case: Case, deadline: float | None = None) -> CaseReport:
+    def run(self, case: Case, deadline: float | None = None, *, fresh: bool = False) -> CaseReport:
+        """Run ``case`` on every rank and judge it. ``fresh``: on a pool that has run no case yet (a
+        re-run that must not inherit anything)."""
         deadline = DEFAULT_DEADLINE if deadline is None else deadline
+        if fresh and self.cases_since_start:
+            self.kill()
         if not self.alive:
             self.start()
+        self.cases_since_start += 1
         case_id = next(self._ids)
         t0 = time.perf_counter()
-        report = CaseReport(case=case, spec=self.spec, status="passed")
-        stack_offsets = {r: _size(self._stack_file(r)) for r in self.chans}
-        log_offsets = {r: _size(self._log_file(r)) for r in self.chans}
+        stack_offsets = {r: _size(self._stack_file(r)) for r in self.procs}
+        log_offsets = {r: _size(self._log_file(r)) for r in self.procs}
+        results, liveness, note = self._exchange(case, case_id, deadline)
+        status, why = verdict.judge(results, self.spec.world_size, liveness)
+        report = CaseReport(case=case, spec=self.spec, status=status, ranks=results,
+                            note="\n".join(p for p in (note, why) if p))
+        report.seconds = time.perf_counter() - t0
+        if not status.ok:
+            if liveness is not None or set(results) != set(self.procs):
+                report.stacks = self._collect_stacks(stack_offsets)  # where is everyone who did not answer
+            report.logs = self._collect_logs(log_offsets)
+            if liveness == Status.DIED:
+                report.note += "\n" + self._exit_note()
+            self.kill()
+        return report
+
+    def _exchange(self, case: Case, case_id: int, deadline: float) -> tuple[dict[int, dict], Status | None, str]:
+        """Send the case, collect results: (rank -> result, HANG / DIED / None, what happened)."""
+        results: dict[int, dict] = {}
         sel = selectors.DefaultSelector()
         try:
             for r, ch in self.chans.items():
@@ -256,76 +294,56 @@ class RankPool:
                 sel.register(ch.sock, selectors.EVENT_READ, r)
             waiting = set(self.chans)
             end = time.monotonic() + deadline
-            while waiting:
-                for r in [r for r in waiting if self.chans[r].has_line()]:
-                    self._take(report, r, case_id, waiting)
-                if not waiting:
-                    break
-                left = end - time.monotonic()
-                if left <= 0:
-                    report.status = "hang"
-                    report.note = (f"no result from rank(s) {sorted(waiting)} within the {deadline:.0f}s case "
-                                   f"deadline; stacks of every rank follow, the pool was killed and restarts")
-                    report.stacks = self._collect_stacks(stack_offsets)
-                    break
-                for key, _ in sel.select(timeout=min(0.2, left)):
-                    r = key.data
-                    try:
-                        self.chans[r].fill()
-                    except ChannelClosed:
+            grace: list = []  # [end of the grace period, the rank that raised] once one rank raised
+
+            def take() -> None:
+                for r in sorted(waiting):
+                    msg = self._result(r, case_id)
+                    if msg is not None:
+                        results[r] = msg
                         waiting.discard(r)
-                        report.status = "died"
-                        report.note = f"rank {r} closed its channel mid-case (died)"
-                if report.status == "died":
-                    break
-                if self.proc.poll() is not None and not any(self.chans[r].has_line() for r in waiting):
-                    report.status = "died"
-                    report.note = "torchrun exited mid-case"
-                    break
+                        if not grace and verdict.breaks_schedule(msg):
+                            grace.extend((time.monotonic() + verdict.GRACE_S, r))
+
+            while True:
+                take()
+                if not waiting:
+                    return results, None, ""
+                now = time.monotonic()
+                if grace and now >= grace[0]:
+                    return results, None, (
+                        f"rank(s) {sorted(waiting)} gave no result within {verdict.GRACE_S:g}s after rank {grace[1]} "
+                        f"raised (blocked in a collective with it?); stacks of every rank follow, the pool was killed")
+                if now >= end:
+                    return results, Status.HANG, (
+                        f"no result from rank(s) {sorted(waiting)} within the {deadline:.0f}s case deadline; "
+                        f"stacks of every rank follow, the pool was killed")
+                closed = []
+                for key, _ in sel.select(timeout=min(0.2, min(end, grace[0] if grace else end) - now)):
+                    try:
+                        self.chans[key.data].fill()
+                    except ChannelClosed:
+                        closed.append(key.data)
+                        sel.unregister(key.fileobj)  # at EOF for good: never select it again
+                take()  # a result sent just before its channel closed still counts
+                dead = sorted(set(closed) & waiting)
+                if dead:
+                    return results, Status.DIED, f"rank(s) {dead} closed their channel mid-case (died)"
+                if self.proc.poll() is not None and waiting:
+                    return results, Status.DIED, f"torchrun exited mid-case; no result from rank(s) {sorted(waiting)}"
         except OSError as exc:
-            report.status = "died"
-            report.note = f"channel error: {exc}"
+            return results, Status.DIED, f"channel error: {exc}"
         finally:
             sel.close()
-        report.seconds = time.perf_counter() - t0
-        if report.status in ("hang", "died"):
-            report.logs = self._collect_logs(log_offsets)
-            if report.status == "died":
-                report.stacks = self._collect_stacks(stack_offsets)
-                try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-                report.note += "\n" + self._exit_note()
-            self.kill()
-            return report
-        self._verdict(report)
-        return report
 
-    def _take(self, report: CaseReport, r: int, case_id: int, waiting: set) -> None:
-        msg = self.chans[r].recv(timeout=1)
-        if msg.get("type") == "result" and msg.get("id") == case_id:
-            report.ranks[r] = msg
-            waiting.discard(r)
-
-    def _verdict(self, report: CaseReport) -> None:
-        errors = any(m.get("error") for m in report.ranks.values())
-        failed = bool(report.failed_checks())
-        agreed = {m.get("group_failed") for m in report.ranks.values()}
-        if errors:
-            report.status = "error"
-        elif failed:
-            report.status = "failed"
-        if len(agreed) > 1 or (agreed and agreed.pop() != (errors or failed)):
-            report.status = "error" if report.status == "passed" else report.status
-            report.note += " ranks disagree on the group verdict (control all-reduce)"
-        checks = list(report.checks())
-        if report.status == "passed" and checks and all(c["skipped"] for _, c in checks):
-            report.status = "skipped"
-            report.note += " every check was skipped: " + "; ".join(sorted({c["detail"] for _, c in checks}))
-        if not report.ranks or all(not m.get("checks") for m in report.ranks.values()) and not errors:
-            report.status = "error"
-            report.note += " no rank ran any check"
+    def _result(self, r: int, case_id: int) -> dict | None:
+        """The result of case ``case_id`` from rank ``r`` if a whole line of it has arrived."""
+        ch = self.chans[r]
+        while ch.has_line():
+            msg = ch.recv(timeout=1)
+            if msg.get("type") == "result" and msg.get("id") == case_id:
+                return msg
+        return None
 
     # diagnostics ------------------------------------------------------------------------------
     def _stack_file(self, r: int) -> str:
@@ -334,28 +352,36 @@ class RankPool:
     def _log_file(self, r: int) -> str:
         return os.path.join(self.logdir, f"rank{r}.log")
 
-    def _collect_stacks(self, offsets: dict[int, int], signal_ranks: bool = True) -> dict[int, str]:
-        if signal_ranks:
-            for pid in self.rank_pids().values():
-                try:
-                    os.kill(pid, signal.SIGUSR1)
-                except ProcessLookupError:
-                    pass
-            time.sleep(1.0)
+    def _collect_stacks(self, offsets: dict[int, int]) -> dict[int, str]:
+        asked = {r: p for r, p in self.procs.items() if not p.exited()}
+        for p in asked.values():
+            p.signal(signal.SIGUSR1)  # the rank itself only: SIGUSR1 would kill a sanitizer leading its group
+        end = time.monotonic() + STACKS_WAIT_S
+        while time.monotonic() < end and any(_size(self._stack_file(r)) <= offsets.get(r, 0) for r in asked):
+            time.sleep(0.05)
+        time.sleep(0.1)  # let faulthandler finish the last thread
         out = {}
-        for r in self.hello:
+        for r in self.procs:
             text = _read_from(self._stack_file(r), offsets.get(r, 0))
             out[r] = text if text.strip() else "(no stack: the rank did not answer SIGUSR1 — dead or stuck in C code)"
         return out
 
     def _collect_logs(self, offsets: dict[int, int], lines: int = 30) -> dict[int, str]:
         return {r: "\n".join(_read_from(self._log_file(r), offsets.get(r, 0)).splitlines()[-lines:])
-                for r in self.hello}
+                for r in self.procs}
 
     def _exit_note(self) -> str:
-        code = self.proc.poll() if self.proc else None
-        tail = "\n".join(_read_from(os.path.join(self.logdir, "torchrun.log"), 0).splitlines()[-15:])
-        return f"torchrun exit code {code}\n{tail}" if code is not None else "torchrun still running"
+        """torchrun's account of the rank that died first (its rank and exit code) and its log tail."""
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return "torchrun still running 10 s after a rank died"
+        text = _read_from(os.path.join(self.logdir, "torchrun.log"), 0)
+        tail = "\n".join(text.splitlines()[-15:])
+        first = first_failure(text)
+        head = f"rank {first[0]} died mid-case: exit code {first[1]}" if first else \
+            "torchrun did not name the rank that failed first"
+        return f"{head}\ntorchrun exit code {code}\n{tail}"
 
     def _tails(self) -> str:
         parts = []
@@ -365,11 +391,47 @@ class RankPool:
         return "\n".join(parts)
 
 
-def _pgid(pid: int) -> int:
+def first_failure(torchrun_log: str) -> tuple[int, int] | None:
+    """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if it printed one."""
+    root = torchrun_log.split("Root Cause", 1)
+    if len(root) < 2:
+        return None
+    rank = re.search(r"rank\s*:\s*(\d+)", root[1])
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", root[1])
+    return (int(rank.group(1)), int(code.group(1))) if rank and code else None
+
+
+def killpg_while_alive(leader_fd: int, pgid: int, sig: int) -> bool:
+    """``sig`` to process group ``pgid`` only while its leader, pinned by the pidfd ``leader_fd`` (opened
+    while the leader was provably ours), has not exited: the group id is then still that group's, never a
+    reused pid's. False when the leader is gone (nothing signalled)."""
+    if _fd_exited(leader_fd):
+        return False
     try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return pid
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _descends_from(pid: int, ancestor: int, max_depth: int = 8) -> bool:
+    for _ in range(max_depth):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if ppid == ancestor:
+            return True
+        if ppid <= 1:
+            return False
+        pid = ppid
+    return False
+
+
+def _fd_exited(fd: int, timeout: float = 0.0) -> bool:
+    """A pidfd is readable once its process has exited."""
+    return bool(select.select([fd], [], [], timeout)[0])
 
 
 def _size(path: str) -> int:

@@ -1,7 +1,9 @@
 """Entry point of one rank of a pool: ``torchrun ... -m fuzz.rank_worker``.
 
 Joins the process group for its topology, connects to the driver (GEMM_RS_DRIVER=host:port), says hello
-(rank, pid, ``sys.flags.optimize``, device), then runs cases until told to stop. Its stdout/stderr go to
+(rank, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's
+result (its checks, or the traceback of an exception that escaped ``run_case``) as soon as it has it —
+no collective between a case's checks and its result, no verdict agreed among ranks. Its stdout/stderr go to
 ``$GEMM_RS_LOGDIR/rank{r}.log``; SIGUSR1 makes faulthandler write every thread's stack to
 ``rank{r}.stacks`` (how the driver collects stacks from a hung rank); it dies with its parent (no orphans).
 """
@@ -75,11 +77,6 @@ def main() -> int:
         torch.cuda.set_device(device)
     backend = "nccl" if topology == "multi-gpu" else "gloo"
     dist.init_process_group(backend=backend)
-    # The control plane (verdict all-reduce) is always gloo: a separate group under NCCL (multi-gpu).
-    # GEMM_RS_SEPARATE_CTRL_GROUP=1 builds that separate group on the CPU too, so the multi-gpu wiring
-    # is exercised where NCCL cannot run (tests/engine/test_topology.py).
-    separate = backend != "gloo" or os.environ.get("GEMM_RS_SEPARATE_CTRL_GROUP") == "1"
-    ctrl = dist.new_group(backend="gloo") if separate else None
     try:
         impl_factory = load_implementation(os.environ["GEMM_RS_IMPL"])
         load_error = None
@@ -106,11 +103,10 @@ def main() -> int:
                 checks = run_case(ctx, Case.from_json(msg["case"]))
             except BaseException as exc:  # noqa: BLE001 — every failure goes back to the driver
                 error = describe_exception(exc)
-        local_failed = error is not None or any(not c.passed and not c.skipped for c in checks)
-        verdict = torch.tensor([int(local_failed)], dtype=torch.int32)
-        dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=ctrl)
+        # The result goes to the driver now, before any cross-rank collective: the driver alone judges,
+        # and a rank whose exception left its peers blocked in a collective still gets its report out.
         chan.send({"type": "result", "id": msg["id"], "rank": rank, "error": error,
-                   "checks": [c.to_json() for c in checks], "group_failed": bool(verdict.item()),
+                   "checks": [c.to_json() for c in checks],
                    "seconds": time.perf_counter() - t0, "optimize": sys.flags.optimize})
     ctx.close()
     chan.close()

@@ -1,5 +1,6 @@
 """Case records for the gate's report: when GEMM_RS_REPORT_DIR is set, every case report is appended as
-one JSON line to ``$GEMM_RS_REPORT_DIR/cases-<worker>.jsonl`` (one file per xdist worker, no locking)."""
+one JSON line to ``$GEMM_RS_REPORT_DIR/cases-<worker>.jsonl`` (one file per xdist worker, no locking).
+The fields are listed in docs/REPORT.md."""
 
 from __future__ import annotations
 
@@ -8,16 +9,11 @@ import os
 import sys
 import time
 
-from .pool import CaseReport
+from .report import CaseReport
 
 
-def record(report: CaseReport, test_id: str = "") -> None:
-    root = os.environ.get("GEMM_RS_REPORT_DIR")
-    if not root:
-        return
-    os.makedirs(root, exist_ok=True)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    row = {
+def case_row(report: CaseReport, test_id: str = "") -> dict:
+    return {
         "time": time.time(),
         "test": test_id,
         "impl": report.spec.impl,
@@ -27,12 +23,23 @@ def record(report: CaseReport, test_id: str = "") -> None:
         "driver_optimize": sys.flags.optimize,
         "case": json.loads(report.case.to_json()),
         "status": report.status,
+        "reproducibility": report.reproducibility,
+        "rerun_status": report.rerun_status,
         "seconds": report.seconds,
         "note": report.note,
         "checks": [dict(c, rank=r) for r, c in report.checks()],
+        "paths": {str(r): calls for r, calls in report.paths().items()},
         "rank_optimize": {str(r): m.get("optimize") for r, m in report.ranks.items()},
-        "errors": {str(r): m["error"] for r, m in report.ranks.items() if m.get("error")},
+        "errors": {str(r): tb for r, tb in report.errors().items()},
         "repro": report.repro(),
     }
+
+
+def record(report: CaseReport, test_id: str = "") -> None:
+    root = os.environ.get("GEMM_RS_REPORT_DIR")
+    if not root:
+        return
+    os.makedirs(root, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(os.path.join(root, f"cases-{worker}.jsonl"), "a") as f:
-        f.write(json.dumps(row, allow_nan=True) + "\n")
+        f.write(json.dumps(case_row(report, test_id), allow_nan=True) + "\n")

@@ -1,8 +1,8 @@
 """Rerun one case exactly: ``python -m fuzz.repro --impl I --topology T --world-size W --case JSON``.
 
 Starts a fresh pool of the same kind (``python -O`` here gives ranks optimize level 1), runs the case,
-prints the report, exits 0 if it passed and 1 if it failed (2 on bad arguments). Every failure the
-suite reports ends with such a line (REPRO: ...).
+prints the report and ``verdict: <STATUS>``, exits 0 if it passed and 1 otherwise (2 on bad arguments).
+Every failure the suite reports ends with such a line (REPRO: ...).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     finally:
         pool.close()
     print(report.render())
-    print(f"verdict: {'PASSED' if report.passed else 'FAILED'} ({report.status})")
+    print(f"verdict: {report.status.upper()}")
     return 0 if report.passed else 1
 
 

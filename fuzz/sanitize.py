@@ -70,7 +70,7 @@ def main(argv=None) -> int:
             report = pool.run(case, deadline=args.deadline)
             reports.append(report)
             print(f"{report.status:>8}  {case.short()}", flush=True)
-            if report.status not in ("passed", "skipped"):
+            if not report.status.ok:
                 print(report.render())
     finally:
         pool.close(grace_s=args.close_grace)  # sanitizers write their summaries at exit: give them time
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     for name, n in sums.items():
         print(f"{name}: {'no ERROR SUMMARY (process did not finish cleanly)' if n is None else f'{n} errors'}")
     ok = (len(sums) == args.world_size and all(n == 0 for n in sums.values())
-          and all(r.status in ("passed", "skipped") for r in reports))
+          and all(r.status.ok for r in reports))
     print(f"sanitizer {args.tool}: {'CLEAN' if ok else 'NOT CLEAN'} (logs in {pool.logdir})")
     return 0 if ok else 1
 

@@ -1,8 +1,11 @@
-"""Summarise a campaign directory: cases per (implementation, topology, W, property), failures, the
-worst error against its budget, skipped checks with reasons, failures with their REPRO lines.
+"""Summarise a campaign directory: each implementation's path mix (which path its calls ran, legitimate
+fallbacks with their reasons), cases per (implementation, topology, W, property), failures, the worst
+error against its budget, skipped checks with reasons, failures with their REPRO lines and whether
+they reproduced.
 
 Writes ``summary.json`` and ``summary.md`` next to the case records and returns the summary dict
-(``verdict`` is PASS only when pytest passed and no recorded case failed).
+(``verdict`` is PASS only when pytest passed, no recorded case failed and every implementation in the
+records had at least one case checked and passed; schema in docs/REPORT.md).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import os
 import platform
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
+
+from .status import Reproducibility, Status
 
 
 def _generic(reason: str) -> str:
@@ -40,6 +45,86 @@ def junit_skips(out_dir: str) -> dict[str, int]:
             name = case.get("name", "?").split("[")[0]
             out[f"test {name}: {_generic(sk.get('message', '').strip())}"] += 1
     return out
+
+
+def junit_failures(out_dir: str) -> list[dict]:
+    """Tests pytest reported failed or in error, from junit.xml: ``{test, kind, message}`` (the message's
+    first line). A test that fails before any case runs (an implementation the host cannot run, a
+    collection error) has no case record, so this is where the report learns why."""
+    import xml.etree.ElementTree as ET
+
+    path = os.path.join(out_dir, "junit.xml")
+    if not os.path.exists(path):
+        return []
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        return [{"test": "junit.xml", "kind": "error", "message": "junit.xml unreadable"}]
+    out = []
+    for case in root.iter("testcase"):
+        for kind in ("failure", "error"):
+            for el in case.findall(kind):
+                text = (el.get("message") or el.text or "").strip()
+                first = text.splitlines()[0] if text else ""
+                out.append({"test": case.get("name", "?"), "kind": kind, "message": first})
+    return out
+
+
+def path_mix(cases: list[dict]) -> list[dict]:
+    """Per implementation: which path its calls ran (``path_taken`` checks, every rank's every call),
+    legitimate fallbacks by reason, and calls whose path was not the one the contract says serves them."""
+    by: dict[str, dict] = {}
+    for row in cases:
+        mix = by.setdefault(row["impl"], {"calls": 0, "paths": Counter(), "fallbacks": Counter(), "unexpected": 0,
+                                          "cases_without_path": 0})
+        calls = [c for per_rank in row.get("paths", {}).values() for c in per_rank]
+        if not calls and Status(row["status"]) == Status.PASSED:
+            mix["cases_without_path"] += 1
+        for c in calls:
+            mix["calls"] += 1
+            mix["paths"][str(c.get("path"))] += 1
+            if c.get("path") != c.get("expected"):
+                mix["unexpected"] += 1
+            elif c.get("reason"):
+                mix["fallbacks"][f"{c.get('path')}: {_generic(c['reason'])}"] += 1
+    return [{"impl": impl, "calls": m["calls"], "paths": dict(m["paths"].most_common()),
+             "fallbacks": [{"reason": r, "count": n} for r, n in m["fallbacks"].most_common()],
+             "unexpected": m["unexpected"], "cases_without_path": m["cases_without_path"]}
+            for impl, m in sorted(by.items())]
+
+
+def render_path_mix(m: dict) -> str:
+    """``fused: 100% fused path`` / ``fused: 87% fused path, 13% unfused (legitimate fallback: ...)``."""
+    if not m["calls"]:
+        return f"{m['impl']}: no call recorded its path"
+    fallback_paths = {r["reason"].split(":", 1)[0] for r in m["fallbacks"]}
+    parts = []
+    for path, n in m["paths"].items():
+        pct = f"{100.0 * n / m['calls']:.0f}%"
+        if path in fallback_paths:
+            why = "; ".join(f"{r['count']} x {r['reason'].split(': ', 1)[1]}" for r in m["fallbacks"]
+                            if r["reason"].startswith(f"{path}: "))
+            parts.append(f"{pct} {path} (legitimate fallback: {why})")
+        else:
+            parts.append(f"{pct} {path} path")
+    text = f"{m['impl']}: " + ", ".join(parts) + f" ({m['calls']} calls)"
+    if m["unexpected"]:
+        text += f"; {m['unexpected']} call(s) ran a path the contract says does not serve them (path_taken failed)"
+    if m["cases_without_path"]:
+        text += f"; {m['cases_without_path']} passed case(s) recorded no path"
+    return text
+
+
+def confirmed_failures(cases: list[dict]) -> list[dict]:
+    """Failing cases, one per (test, case): the last record wins, so a failure that was re-run on a fresh
+    pool shows its label (reproducible / flaky) and the REPRO line that reproduced it."""
+    last: dict[tuple, dict] = {}
+    for row in cases:
+        if not Status(row["status"]).ok:
+            last[(row["test"], json.dumps(row["case"], sort_keys=True), row["impl"], row["topology"],
+                  row["world_size"])] = row
+    return [{"status": r["status"], "reproducibility": r.get("reproducibility"), "rerun_status": r.get("rerun_status"),
+             "test": r["test"], "case": r["case"], "repro": r["repro"], "note": r["note"]} for r in last.values()]
 
 
 def load_cases(out_dir: str) -> list[dict]:
@@ -75,8 +160,9 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
     cases = load_cases(out_dir)
     table: dict[tuple, dict] = defaultdict(lambda: {"cases": 0, "failures": 0, "worst_over_budget": 0.0})
     skipped: dict[str, int] = defaultdict(int)
-    failures = []
     for row in cases:
+        if row.get("reproducibility") == Reproducibility.FLAKY:
+            continue  # a copy of the failure recorded when it happened (the re-run passed): counted once
         key_base = (row["impl"], row["topology"], row["world_size"])
         seen = set()
         for c in row["checks"]:
@@ -92,26 +178,31 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
             ratio = c.get("extra", {}).get("max_error_over_budget")
             if isinstance(ratio, (int, float)):
                 cell["worst_over_budget"] = max(cell["worst_over_budget"], ratio)
-        if row["status"] not in ("passed", "skipped"):
-            failures.append({"status": row["status"], "test": row["test"], "case": row["case"], "repro": row["repro"],
-                             "note": row["note"]})
-        if row["status"] in ("hang", "died", "error"):
-            cell = table[key_base + (row["status"],)]
+        status = Status(row["status"])
+        if status in (Status.HANG, Status.DIED, Status.ERROR):
+            cell = table[key_base + (str(status),)]
             cell["cases"] += 1
             cell["failures"] += 1
     for reason, count in junit_skips(out_dir).items():
         skipped[reason] += count
+    failures = confirmed_failures(cases)
     n_failed = len(failures)
+    paths = path_mix(cases)
+    passed_by_impl = Counter(row["impl"] for row in cases if Status(row["status"]) == Status.PASSED)
+    unchecked = sorted({row["impl"] for row in cases} - set(passed_by_impl))
+    failing_tests = {row["test"].split("::")[-1] for row in cases if not Status(row["status"]).ok}
+    test_failures = [f for f in junit_failures(out_dir) if f["test"] not in failing_tests]
     env = environment()
     env["optimize_driver"] = sorted({row.get("driver_optimize") for row in cases}) or [sys.flags.optimize]
     env["optimize_ranks"] = sorted({v for row in cases for v in row.get("rank_optimize", {}).values()})
-    verdict = "PASS" if pytest_rc == 0 and n_failed == 0 and cases and not interrupted else "FAIL"
+    verdict = "PASS" if (pytest_rc == 0 and n_failed == 0 and cases and not interrupted and not unchecked
+                         and not test_failures) else "FAIL"
     rows = [
         {"impl": k[0], "topology": k[1], "world_size": k[2], "property": k[3], **v}
         for k, v in sorted(table.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
     ]
     summary = {
-        "schema": "gemm-rs-gate-summary/1",
+        "schema": "gemm-rs-gate-summary/2",
         "timing": timing(cases),
         "verdict": verdict,
         "profile": profile,
@@ -121,9 +212,12 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
         "cases": len(cases),
         "failed_cases": n_failed,
         "environment": env,
+        "paths": paths,
+        "unchecked_implementations": unchecked,
         "properties": rows,
         "skipped": [{"reason": k, "count": v} for k, v in sorted(skipped.items())],
         "failures": failures,
+        "test_failures": test_failures,
     }
     from .plot import plot_coverage
 
@@ -143,7 +237,7 @@ def timing(cases: list[dict]) -> list[dict]:
     """Time per case per (impl, topology, W): the cost a campaign pays, and where a slow path hides."""
     by: dict[tuple, list[float]] = defaultdict(list)
     for row in cases:
-        if isinstance(row.get("seconds"), (int, float)):
+        if isinstance(row.get("seconds"), (int, float)) and row.get("reproducibility") != Reproducibility.FLAKY:
             by[(row["impl"], row["topology"], row["world_size"])].append(float(row["seconds"]))
     out = []
     for (impl, topo, w), secs in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
@@ -164,6 +258,12 @@ def render_markdown(s: dict) -> str:
         + (f", INTERRUPTED: {s['interrupted']}" if s.get("interrupted") else "") + ". "
         + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
+        "Paths:",
+        "",
+        *[f"- {render_path_mix(m)}" for m in s.get("paths", [])],
+        *[f"- {impl}: NOTHING CHECKED (no case passed: every case skipped or failed)"
+          for impl in s.get("unchecked_implementations", [])],
+        "",
         "| impl | topology | W | property | cases | failures | worst error / budget |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -179,10 +279,14 @@ def render_markdown(s: dict) -> str:
     if s["skipped"]:
         lines += ["", "Skipped (never counted as passed):", ""]
         lines += [f"- {x['count']} x {x['reason']}" for x in s["skipped"]]
+    if s.get("test_failures"):
+        lines += ["", "Tests that failed without a failing case (the reason is pytest's):", ""]
+        lines += [f"- {f['kind']} in {f['test']}: {f['message']}" for f in s["test_failures"][:50]]
     if s["failures"]:
-        lines += ["", "Failures:", ""]
+        lines += ["", "Failures (one per case; re-run once on a fresh pool where labelled):", ""]
         for f in s["failures"][:50]:
-            lines.append(f"- {f['status']} in {f['test']}: `{f['repro']}`")
+            label = f" ({f['reproducibility']}, re-run {f['rerun_status']})" if f.get("reproducibility") else ""
+            lines.append(f"- {f['status']}{label} in {f['test']}: `{f['repro']}`")
     if s.get("coverage_plot"):
         lines += ["", f"![coverage]({s['coverage_plot']})"]
     lines.append("")

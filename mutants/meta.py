@@ -1,21 +1,34 @@
 """The mutation meta-test's runner: the fuzz suite against every planted-bug implementation of
 :mod:`mutants.catalogue` (it must FAIL on each) and against the correct one (it must PASS).
 
-    python -m mutants.meta [--optimize 0|1] [--profile ci|nightly] [--only NAME[,NAME]] [--jobs 2]
+    python -m mutants.meta [--optimize 0|1|both] [--profile ci|nightly] [--only NAME[,NAME]] [--jobs 2]
 
-One run per (target, optimize level): a subprocess
+Per optimize level (and world-size set) the targets are dealt over ``--jobs`` pytest sessions that run
+at once, each a single process going through its targets one after the other:
 
-    python [-O] -m pytest fuzz/ -x -q --impl mutants.catalogue:NAME --world-sizes 2 --topology cpu \
-        -p no:cacheprovider -p mutants.stop_at_first_failure
+    python [-O] -m pytest fuzz/ -q -n 0 --impl unfused,mutants.catalogue:A,mutants.catalogue:C,... \\
+        --world-sizes 2 --topology cpu -p no:cacheprovider -p mutants.stop_at_first_failure
 
-with ``HYPOTHESIS_PROFILE`` set and ``GEMM_RS_REPORT_DIR`` pointing at a fresh folder, so every case the
-suite ran is a JSON line (:mod:`fuzz.record`). The first case whose status is not ``passed`` is the
-kill: the matrix shows which test and which property caught the mutant (the first failed check, or
-``hang`` / ``died`` / ``error``), how many examples that test needed (its case records up to and including
-the failing one), how many cases the whole run took, and the seconds. A mutant whose run passes
-SURVIVED; a run that fails without a failing case record (collection error, crash of the harness) is an
-ERROR — neither counts as a kill. Runs go through a pool of ``--jobs`` worker threads, each driving one
-subprocess. Exit status 0 iff the kill rate is 100 % and the correct implementation passed.
+with ``HYPOTHESIS_PROFILE`` set and ``GEMM_RS_REPORT_DIR`` pointing at a fresh folder. The plugin
+(:mod:`mutants.stop_at_first_failure`) stops each target at its first failing test and records every
+test's outcome; every case is a JSON line (:mod:`fuzz.record`). One Python start-up per session instead
+of one pytest per mutant; a target's rank pool lives only while its tests run (fuzz/conftest.py).
+
+Classification (:func:`classify`), from the case records and the test outcomes of each target:
+
+* KILLED    — the first case that did not pass was caught by a property (FAILED: a check failed,
+  ``call_raised`` included) or by the liveness watchdog (HANG, DIED), and pytest failed that test;
+* SURVIVED  — every test passed or was skipped, at least one case passed, nothing failed;
+* ERROR     — anything else: a harness error (a case whose status is ERROR: an exception escaped
+  ``run_case``), a test that failed without a failing case (collection error, pool that would not
+  start, Hypothesis health check), a pytest internal / usage error or interruption, a session past its
+  time limit, nothing checked. Never a kill.
+
+The correct implementation is PASSED (everything passed) or FAILED. The matrix shows which test and
+which properties caught each mutant beside the properties the catalogue expects (``MutantSpec.expected``)
+and flags a mismatch; how many examples that test needed (its case records up to and including the
+failing one), whether the failure reproduced on a fresh pool, and the seconds. Exit status 0 iff the
+kill rate is 100 % and the correct implementation passed.
 """
 
 from __future__ import annotations
@@ -32,8 +45,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+from fuzz.pool import killpg_while_alive
+from fuzz.status import Status
 
 from .catalogue import CATALOGUE
 
@@ -41,22 +59,30 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: The correct implementation every matrix also runs; it must pass under the very same settings.
 CORRECT = "unfused"
-#: World sizes every mutant also runs at in the nightly profile (one run per mutant and W).
+#: World sizes every mutant also runs at in the nightly profile (one target per mutant and W).
 NIGHTLY_WORLD_SIZES = (2, 3, 4)
-#: Per-case deadline inside kill runs (a legitimate CPU case takes < 2 s; a hang costs this much).
+#: Per-case deadline inside kill sessions (a legitimate CPU case takes < 2 s; a hang costs this much).
 KILL_CASE_DEADLINE_S = 30
-#: Wall-clock limit of one kill run (the subprocess is killed past it: verdict TIMEOUT).
-RUN_TIMEOUT_S = {"ci": 420, "nightly": 3600}
-#: Examples per test of a mutant's nightly run (GEMM_RS_EXAMPLES; 4x ci, random): -x stops at the
-#: first kill anyway, and a mutant that only bad calls catch should not wait for 640 compute examples.
-#: The correct implementation's nightly run gets the full nightly profile.
+#: Wall-clock limit of a kill session: a base plus this much per target per worker (then: ERROR).
+SESSION_TIMEOUT_S = {"ci": (300, 120), "nightly": (1800, 900)}
+#: Examples per test of a mutant's nightly run (GEMM_RS_EXAMPLES; 4x ci, random): a mutant stops at its
+#: first catch anyway, and one that only bad calls catch should not wait for 640 compute examples.
+#: The correct implementation's nightly session gets the full nightly profile.
 NIGHTLY_MUTANT_EXAMPLES = 100
 
-_LIVE: set[subprocess.Popen] = set()  # running kill runs, killed if the runner itself is stopped
+_LIVE: dict[subprocess.Popen, int] = {}  # running kill sessions -> pidfd; killed if the runner is stopped
 
 # Environment of the calling pytest that must not leak into the child suite.
 _SCRUB = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST",
           "PYTEST_ADDOPTS", "GEMM_RS_IMPL", "GEMM_RS_WORLD_SIZES", "GEMM_RS_TOPOLOGIES", "GEMM_RS_REPORT_DIR")
+
+
+class Verdict(StrEnum):
+    KILLED = "KILLED"      # a mutant caught by a property or the watchdog
+    SURVIVED = "SURVIVED"  # a mutant the suite passed
+    PASSED = "PASSED"      # the correct implementation passed
+    FAILED = "FAILED"      # the correct implementation failed
+    ERROR = "ERROR"        # the harness could not say: never a kill, never a pass
 
 
 @dataclass(frozen=True)
@@ -66,6 +92,10 @@ class Target:
     world_sizes: tuple[int, ...]
     must: str                       # "fail" (a mutant) or "pass" (the correct implementation)
     topology: str = "cpu"           # shared-gpu for the fault-injected builds of the fused kernel
+    expected: tuple[str, ...] = ()  # properties (or hang / died) the catalogue expects to catch it
+
+    def gate_ids(self) -> set[str]:
+        return {f"{self.impl}-{self.topology}-W{w}" for w in self.world_sizes}
 
 
 @dataclass
@@ -74,20 +104,28 @@ class Outcome:
     optimize: int
     profile: str
     must: str
-    verdict: str          # KILLED | SURVIVED | PASSED | FAILED | ERROR | TIMEOUT
+    verdict: Verdict
     world_sizes: str
-    test: str = ""        # the test that caught it, e.g. test_compute[W2]
-    caught_by: str = ""   # first failed check name, or hang / died / error: ...
-    examples: int = 0     # case records of that test up to and including the failing one
-    cases: int = 0        # case records of the whole run
+    expected: tuple[str, ...] = ()
+    test: str = ""                   # the test that caught it, e.g. test_compute[W2]
+    caught_by: tuple[str, ...] = ()  # the failed properties of the first failing case, or (hang,) / (died,)
+    examples: int = 0                # case records of that test up to and including the failing one
+    cases: int = 0                   # case records of the target
     seconds: float = 0.0
-    returncode: int | None = None
+    reproducibility: str = ""        # of the failure, re-run on a fresh pool: reproducible / flaky
     repro: str = ""
-    detail: str = ""      # tail of the output when something is off
+    detail: str = ""                 # why, when something is off
 
     @property
     def ok(self) -> bool:
-        return self.verdict == ("KILLED" if self.must == "fail" else "PASSED")
+        return self.verdict == (Verdict.KILLED if self.must == "fail" else Verdict.PASSED)
+
+    @property
+    def as_expected(self) -> bool | None:
+        """Whether a catching property is one the catalogue expects (None: not killed, or none expected)."""
+        if self.verdict != Verdict.KILLED or not self.expected:
+            return None
+        return bool(set(self.expected) & set(self.caught_by))
 
 
 def targets(only: list[str] | None = None, profile: str = "ci", include_correct: bool = True,
@@ -109,67 +147,127 @@ def targets(only: list[str] | None = None, profile: str = "ci", include_correct:
             raise SystemExit(f"unknown mutant(s) {unknown}; known: {[s.name for s in catalogue]}")
     out = []
     for s in specs:
-        if profile == "nightly":  # one run per W: -x would otherwise stop at the first W that kills
-            out += [Target(s.name, s.impl, (w,), "fail", topology)
+        expected = _expected(s.expected)
+        if profile == "nightly":  # one target per W: each W must kill it on its own
+            out += [Target(s.name, s.impl, (w,), "fail", topology, expected)
                     for w in sorted(set(s.world_sizes) | set(NIGHTLY_WORLD_SIZES))]
         else:
-            out.append(Target(s.name, s.impl, s.world_sizes, "fail", topology))
+            out.append(Target(s.name, s.impl, s.world_sizes, "fail", topology, expected))
     if include_correct and (not only or correct in only or specs):
         ws = tuple(sorted({w for t in out for w in t.world_sizes} or {2}))
         out.insert(0, Target(f"{correct} (correct)", correct, ws, "pass", topology))
     return out
 
 
-def command(target: Target, optimize: int) -> list[str]:
+def _expected(value) -> tuple[str, ...]:
+    """The expected properties: the catalogue's tuple, or (GPU catalogue, stated in words) the property
+    names its text mentions."""
+    if isinstance(value, str):
+        return tuple(dict.fromkeys(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", value)))
+    return tuple(value)
+
+
+# --- running sessions ---------------------------------------------------------------------------------
+
+
+def command(tgts: list[Target], optimize: int) -> list[str]:
     py = [sys.executable] + (["-O"] if optimize else [])
-    return py + ["-m", "pytest", "fuzz/", "-x", "-q", "--impl", target.impl,
-                 "--world-sizes", ",".join(str(w) for w in target.world_sizes), "--topology", target.topology,
-                 "-p", "no:cacheprovider", "-p", "mutants.stop_at_first_failure"]
+    impls = ",".join(dict.fromkeys(t.impl for t in tgts))
+    sizes = ",".join(str(w) for w in sorted({w for t in tgts for w in t.world_sizes}))
+    topologies = ",".join(sorted({t.topology for t in tgts}))
+    return py + ["-m", "pytest", "fuzz/", "-q", "-n", "0", "--impl", impls,
+                 "--world-sizes", sizes, "--topology", topologies, "-p", "no:cacheprovider",
+                 "-p", "mutants.stop_at_first_failure"]
 
 
-def run_one(target: Target, optimize: int, profile: str = "ci", timeout: float | None = None) -> Outcome:
-    timeout = timeout or RUN_TIMEOUT_S.get(profile, 600)
+#: The test whose family checks a property (any other: test_compute): a mutant's expected properties pick
+#: which of its tests run first in a kill session (mutants/stop_at_first_failure.py); all of them still run
+#: until one catches it.
+PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "test_bad_call",
+                 "graph_replay": "test_graph_replay"}
+
+
+def kill_order(tgts: list[Target]) -> dict[str, list[str]]:
+    """impl -> the tests to run first: those of its expected properties, in the catalogue's order."""
+    return {t.impl: list(dict.fromkeys(PROPERTY_TEST.get(e, "test_compute") for e in t.expected))
+            for t in tgts if t.expected}
+
+
+#: Relative cost of the correct implementation's run (every example of every test) to a mutant's.
+CORRECT_WEIGHT = 6
+
+
+def _sessions(tgts: list[Target], profile: str, jobs: int) -> list[list[Target]]:
+    """Targets that can share one pytest session (same world sizes, topology and examples override),
+    dealt over ``jobs`` sessions of about equal cost, the costliest target first."""
+    groups: dict[tuple, list[Target]] = defaultdict(list)
+    for t in tgts:
+        groups[(t.world_sizes, t.topology, _examples_override(t, profile))].append(t)
+    out = []
+    for group in groups.values():
+        bins: list[tuple[int, list[Target]]] = [(0, []) for _ in range(max(1, min(jobs, len(group))))]
+        for t in sorted(group, key=lambda t: t.must != "pass"):  # stable: catalogue order otherwise
+            load, members = min(bins, key=lambda b: b[0])
+            bins.remove((load, members))
+            bins.append((load + (CORRECT_WEIGHT if t.must == "pass" else 1), members + [t]))
+        out += [members for _, members in bins if members]
+    return out
+
+
+def _examples_override(target: Target, profile: str) -> str | None:
+    return str(NIGHTLY_MUTANT_EXAMPLES) if profile == "nightly" and target.must == "fail" else None
+
+
+def run_session(tgts: list[Target], optimize: int, profile: str = "ci", timeout: float | None = None) -> list[Outcome]:
+    """One pytest session over ``tgts`` (same world sizes and topology); an outcome per target."""
+    base, per_target = SESSION_TIMEOUT_S.get(profile, SESSION_TIMEOUT_S["ci"])
+    timeout = timeout or base + per_target * len(tgts)
     report_dir = tempfile.mkdtemp(prefix="gemm-rs-kill-")
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env.update(HYPOTHESIS_PROFILE=profile, GEMM_RS_REPORT_DIR=report_dir,
                PYTHONPATH=os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p))
     env.setdefault("GEMM_RS_CASE_DEADLINE", str(KILL_CASE_DEADLINE_S))
-    if profile == "nightly" and target.must == "fail":
-        env.setdefault("GEMM_RS_EXAMPLES", str(NIGHTLY_MUTANT_EXAMPLES))
+    env["GEMM_RS_KILL_ORDER"] = json.dumps(kill_order(tgts))
+    override = _examples_override(tgts[0], profile)
+    if override:
+        env.setdefault("GEMM_RS_EXAMPLES", override)
     if optimize:
         env["PYTHONOPTIMIZE"] = str(optimize)
     else:
         env.pop("PYTHONOPTIMIZE", None)
-    out = Outcome(target.name, optimize, profile, target.must, "ERROR", ",".join(map(str, target.world_sizes)))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(command(target, optimize), cwd=REPO, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(tgts, optimize), cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    _LIVE.add(proc)
+    leader = os.pidfd_open(proc.pid)  # not reaped yet: this is our session's leader
+    _LIVE[proc] = leader
     try:
         text, _ = proc.communicate(timeout=timeout)
         timed_out = False
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        _kill_group(proc, leader)
         text, _ = proc.communicate()
         timed_out = True
     finally:
-        _LIVE.discard(proc)
-    out.seconds = time.perf_counter() - t0
-    out.returncode = proc.returncode
+        del _LIVE[proc]
+        os.close(leader)
+    wall = time.perf_counter() - t0
     try:
-        rows = _records(report_dir)
+        rows, tests = _jsonl(report_dir, "cases-*.jsonl"), _jsonl(report_dir, "outcomes-*.jsonl")
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)
-    out.cases = len(rows)
-    _classify(out, rows, text or "", timed_out)
-    return out
+    session = SessionResult(proc.returncode, timed_out, timeout, text or "", wall)
+    return [classify(t, optimize, profile, rows, tests, session) for t in tgts]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def run_one(target: Target, optimize: int, profile: str = "ci", timeout: float | None = None) -> Outcome:
+    return run_session([target], optimize, profile, timeout=timeout)[0]
+
+
+def _kill_group(proc: subprocess.Popen, leader: int) -> None:
+    """SIGTERM then SIGKILL to a kill session's process group, only while its leader (pinned by the pidfd
+    ``leader``) is alive, so the group id is provably still the session's."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+        if not killpg_while_alive(leader, proc.pid, sig):
             return
         try:
             proc.wait(timeout=10)
@@ -178,115 +276,200 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def _records(report_dir: str) -> list[dict]:
+def _jsonl(report_dir: str, pattern: str) -> list[dict]:
     rows = []
-    for path in glob.glob(os.path.join(report_dir, "cases-*.jsonl")):
+    for path in glob.glob(os.path.join(report_dir, pattern)):
         with open(path) as f:
-            rows += [json.loads(line) for line in f if line.strip()]
-    rows.sort(key=lambda r: r["time"])
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a session killed for time
     return rows
 
 
+# --- classification ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionResult:
+    returncode: int | None
+    timed_out: bool
+    timeout: float
+    text: str
+    wall_s: float
+
+
+def _gate_id(test_id: str) -> str:
+    """``fuzz/test_gemm_rs.py::test_compute[m:X-cpu-W2]@gate-...`` -> ``m:X-cpu-W2``."""
+    m = re.search(r"\[(.*)\](?:@[^\]]*)?$", test_id)
+    return m.group(1) if m else ""
+
+
 def _short_test(test_id: str) -> str:
-    name = test_id.split("::")[-1]
+    name = test_id.split("::")[-1].split("@")[0]
     m = re.match(r"([^\[]+)\[.*-(W\d+)\]$", name)
     return f"{m.group(1)}[{m.group(2)}]" if m else name
 
 
-def _classify(out: Outcome, rows: list[dict], text: str, timed_out: bool) -> None:
-    first = next((i for i, r in enumerate(rows) if r["status"] not in ("passed", "skipped")), None)
+def outcomes_by_test(lines: list[dict]) -> dict[str, dict]:
+    """Per test id: ``outcome`` (passed / failed / error / skipped), total ``duration``, first ``message``
+    of a failure or skip, from the plugin's per-phase lines."""
+    out: dict[str, dict] = {}
+    for ln in lines:
+        t = out.setdefault(ln["test"], {"outcome": "passed", "duration": 0.0, "message": "", "call": False})
+        t["duration"] += ln.get("duration", 0.0)
+        t["call"] = t["call"] or ln["when"] == "call"
+        if ln["outcome"] == "failed":
+            t["outcome"] = "failed" if ln["when"] == "call" else "error"
+            t["message"] = t["message"] or ln.get("message", "")
+        elif ln["outcome"] == "skipped" and t["outcome"] == "passed":
+            t["outcome"] = "skipped"
+            t["message"] = ln.get("message", "")
+    return out
+
+
+def classify(target: Target, optimize: int, profile: str, rows: list[dict], lines: list[dict],
+             session: SessionResult) -> Outcome:
+    """The verdict on one target from its case records and test outcomes (see the module docstring)."""
+    ids = target.gate_ids()
+    rows = sorted((r for r in rows if _gate_id(r["test"]) in ids), key=lambda r: r["time"])
+    tests = {k: v for k, v in outcomes_by_test(lines).items() if _gate_id(k) in ids}
+    out = Outcome(target.name, optimize, profile, target.must, Verdict.ERROR, ",".join(map(str, target.world_sizes)),
+                  expected=target.expected, cases=len(rows), seconds=sum(t["duration"] for t in tests.values()))
+    first = next((r for r in rows if not Status(r["status"]).ok), None)
     if first is not None:
-        row = rows[first]
-        out.test = _short_test(row["test"])
-        out.examples = sum(1 for r in rows[: first + 1] if r["test"] == row["test"])
-        out.caught_by = _caught_by(row, text)
-        out.repro = row.get("repro", "")
-    tail = "\n".join(text.strip().splitlines()[-25:])
-    if timed_out:
-        out.verdict, out.detail = "TIMEOUT", tail
-    elif out.must == "fail":
-        if first is not None and out.returncode not in (0, 5):
-            out.verdict = "KILLED"
-        elif out.returncode == 0:
-            out.verdict = "SURVIVED"
+        out.test = _short_test(first["test"])
+        out.examples = sum(1 for r in rows[: rows.index(first) + 1] if r["test"] == first["test"])
+        out.caught_by = _caught_by(first)
+        out.repro = first.get("repro", "")
+        out.reproducibility = next((r["reproducibility"] for r in rows
+                                    if r["test"] == first["test"] and r.get("reproducibility")), "")
+    harness = _harness_failure(session, tests, rows, first)
+    if target.must == "fail":
+        if first is not None and Status(first["status"]).caught and \
+                tests.get(first["test"], {}).get("outcome") == "failed":
+            out.verdict = Verdict.KILLED
+        elif harness:
+            out.detail = harness
         else:
-            out.verdict, out.detail = "ERROR", tail
-    elif out.returncode == 0 and first is None:
-        out.verdict = "PASSED"
+            out.verdict = Verdict.SURVIVED
+    elif harness or first is not None:
+        out.verdict, out.detail = Verdict.FAILED, harness or f"{first['status']} in {out.test}: {out.repro}"
     else:
-        out.verdict, out.detail = "FAILED", tail
+        out.verdict = Verdict.PASSED
+    if not out.ok and not out.detail and session.text.strip():
+        out.detail = "\n".join(session.text.strip().splitlines()[-25:])
+    return out
 
 
-def _caught_by(row: dict, text: str) -> str:
-    status = row["status"]
-    if status in ("hang", "died"):
-        return status
-    failed = [c for c in row.get("checks", []) if not c.get("passed") and not c.get("skipped")]
-    if failed:
-        return failed[0]["name"]
-    if status == "error":
-        m = re.search(r"rank \d+ raised:\n(.*?)(?:\nE\s+(?:rank \d+ raised|---|REPRO)|\Z)", text, re.S)
-        last = ""
-        if m:
-            lines = [ln.removeprefix("E").strip() for ln in m.group(1).splitlines() if ln.strip()]
-            last = lines[-1] if lines else ""
-        return f"error: {last[:60]}" if last else "error"
-    return status
+def _harness_failure(session: SessionResult, tests: dict[str, dict], rows: list[dict], first: dict | None) -> str:
+    """Why this target's run says nothing trustworthy ("" when it does), short of a kill."""
+    if session.timed_out:
+        return f"the kill session ran past its {session.timeout:.0f}s limit and was killed"
+    if session.returncode not in (0, 1):
+        return f"pytest exited {session.returncode} (interrupted, internal error, usage error or no tests)"
+    if not tests:
+        return "no test of this target ran"
+    if first is not None and Status(first["status"]) == Status.ERROR:
+        return f"harness error in {_short_test(first['test'])}: {_last_line(first)}"
+    if first is not None:
+        return f"{first['status']} case, but pytest did not fail {_short_test(first['test'])}"
+    bad = [f"{_short_test(k)}: {v['outcome']} ({v['message']})" for k, v in tests.items()
+           if v["outcome"] in ("failed", "error")]
+    if bad:
+        return "test failed without a failing case: " + "; ".join(bad)
+    if not any(Status(r["status"]) == Status.PASSED for r in rows):
+        return "nothing checked: no case passed (every case skipped, or none ran)"
+    return ""
+
+
+def _caught_by(row: dict) -> tuple[str, ...]:
+    status = Status(row["status"])
+    if status in (Status.HANG, Status.DIED):
+        return (str(status),)
+    failed = [c["name"] for c in row.get("checks", []) if not c.get("passed") and not c.get("skipped")]
+    return tuple(dict.fromkeys(failed)) or (str(status),)
+
+
+def _last_line(row: dict) -> str:
+    for tb in row.get("errors", {}).values():
+        lines = [ln.strip() for ln in tb.splitlines() if ln.strip()]
+        if lines:
+            return lines[-1][:120]
+    return row.get("note", "").strip().splitlines()[0][:120] if row.get("note", "").strip() else "no detail"
+
+
+# --- the matrix ---------------------------------------------------------------------------------------
 
 
 def run_matrix(tgts: list[Target], optimize_levels=(0,), profile: str = "ci", jobs: int = 2,
                progress=None) -> list[Outcome]:
-    work = [(t, o) for o in optimize_levels for t in tgts]
+    """Every target at every level: per level, ``jobs`` sessions at once (see :func:`_sessions`)."""
+    results: dict[tuple[str, str, int], Outcome] = {}
+    work = [(level, group) for level in optimize_levels for group in _sessions(tgts, profile, jobs)]
     ex = ThreadPoolExecutor(max_workers=max(1, jobs))
-    futures = [ex.submit(run_one, t, o, profile) for t, o in work]
-    results = []
+    futures = [ex.submit(run_session, group, level, profile) for level, group in work]
     try:
         for fut in futures:
-            res = fut.result()
-            results.append(res)
-            if progress:
-                progress(res)
-    except BaseException:  # interrupted: no kill run may outlive the runner
+            for o in fut.result():
+                results[(o.name, o.world_sizes, o.optimize)] = o
+                if progress:
+                    progress(o)
+    except BaseException:  # interrupted: no kill session may outlive the runner
         for fut in futures:
             fut.cancel()
-        for proc in list(_LIVE):
-            _kill_group(proc)
+        for proc, leader in list(_LIVE.items()):
+            _kill_group(proc, leader)
         raise
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
-    return results
+    return [results[(t.name, ",".join(map(str, t.world_sizes)), level)] for level in optimize_levels for t in tgts]
 
 
 def kill_rate(outcomes: list[Outcome]) -> tuple[int, int]:
     mutants = [o for o in outcomes if o.must == "fail"]
-    return sum(o.verdict == "KILLED" for o in mutants), len(mutants)
+    return sum(o.verdict == Verdict.KILLED for o in mutants), len(mutants)
 
 
 def render(outcomes: list[Outcome], wall_s: float | None = None) -> str:
-    head = ("mutant", "-O", "W", "verdict", "caught by (test :: property)", "examples", "cases", "seconds")
+    head = ("mutant", "-O", "W", "verdict", "caught by (test :: properties)", "expected", "match", "examples",
+            "rerun", "cases", "seconds")
     rows = []
     for o in outcomes:
-        where = f"{o.test} :: {o.caught_by}" if o.test else "-"
-        rows.append((o.name, str(o.optimize), o.world_sizes, o.verdict, where,
-                     str(o.examples) if o.test else "-", str(o.cases), f"{o.seconds:.1f}"))
+        where = f"{o.test} :: {', '.join(o.caught_by)}" if o.test else "-"
+        match = {None: "-", True: "yes", False: "MISMATCH"}[o.as_expected]
+        rows.append((o.name, str(o.optimize), o.world_sizes, str(o.verdict), where, ", ".join(o.expected) or "-",
+                     match, str(o.examples) if o.test else "-", o.reproducibility or "-", str(o.cases),
+                     f"{o.seconds:.1f}"))
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    line = lambda r: "  ".join(c.ljust(widths[i]) if i in (0, 3, 4) else c.rjust(widths[i])  # noqa: E731
+    left = (0, 3, 4, 5, 6, 8)
+    line = lambda r: "  ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i])  # noqa: E731
                                for i, c in enumerate(r))
     text = [line(head), line(tuple("-" * w for w in widths))] + [line(r) for r in rows]
     killed, total = kill_rate(outcomes)
-    ex = [o.examples for o in outcomes if o.verdict == "KILLED"]
+    ex = [o.examples for o in outcomes if o.verdict == Verdict.KILLED]
     summary = f"kill rate: {killed}/{total}" + (f" ({100.0 * killed / total:.0f}%)" if total else "")
+    errors = sum(o.verdict == Verdict.ERROR for o in outcomes)
+    if errors:
+        summary += f"; {errors} ERROR (harness, not a kill)"
     if ex:
         summary += f"; examples to detect: median {statistics.median(ex):g}, max {max(ex)}"
+    mismatched = [o for o in outcomes if o.as_expected is False]
+    if mismatched:
+        summary += f"; {len(mismatched)} caught by another property than expected"
     correct = [o for o in outcomes if o.must == "pass"]
     if correct:
         summary += "; correct implementation: " + ", ".join(f"-O{o.optimize} {o.verdict}" for o in correct)
     total_s = sum(o.seconds for o in outcomes)
-    summary += f"; run time {total_s:.0f} s" + (f" (wall {wall_s:.0f} s)" if wall_s is not None else "")
+    summary += f"; test time {total_s:.0f} s" + (f" (wall {wall_s:.0f} s)" if wall_s is not None else "")
     text.append(summary)
+    for o in mismatched:
+        text.append(f"MISMATCH {o.name} -O{o.optimize}: caught by {', '.join(o.caught_by)}, "
+                    f"expected {' or '.join(o.expected)}")
     for o in outcomes:
         if not o.ok and o.detail:
-            text.append(f"--- {o.name} -O{o.optimize}: {o.verdict} (rc {o.returncode}) ---\n{o.detail}")
+            text.append(f"--- {o.name} -O{o.optimize}: {o.verdict} ---\n{o.detail}")
     return "\n".join(text)
 
 
@@ -300,13 +483,13 @@ def main(argv=None) -> int:
                     help="python optimize level of the suite (and its ranks); default both")
     ap.add_argument("--profile", choices=("ci", "nightly"), default="ci")
     ap.add_argument("--only", default=None, help="comma list of mutant names (and/or 'unfused')")
-    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
+    ap.add_argument("--jobs", type=int, default=2, help="kill sessions running at once (default 2)")
     ap.add_argument("--no-correct", action="store_true", help="skip the run on the correct implementation")
     ap.add_argument("--json", default=None, help="also write the outcomes as JSON to this path")
     ap.add_argument("--gpu", action="store_true",
                     help="the fault-injected builds of the fused kernel on shared-gpu (needs a Hopper GPU)")
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupted)  # a stopped runner stops its kill runs too
+    signal.signal(signal.SIGTERM, _interrupted)  # a stopped runner stops its kill sessions too
     levels = (0, 1) if args.optimize == "both" else (int(args.optimize),)
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     tgts = targets(only, args.profile, include_correct=not args.no_correct, gpu=args.gpu)
@@ -314,7 +497,7 @@ def main(argv=None) -> int:
 
     def progress(o: Outcome) -> None:
         print(f"[{time.perf_counter() - t0:6.0f}s] {o.name} -O{o.optimize}: {o.verdict} "
-              f"{o.test} {o.caught_by} ({o.seconds:.1f}s)", file=sys.stderr, flush=True)
+              f"{o.test} {', '.join(o.caught_by)} ({o.seconds:.1f}s)", file=sys.stderr, flush=True)
 
     outcomes = run_matrix(tgts, levels, args.profile, args.jobs, progress)
     print(render(outcomes, time.perf_counter() - t0))

@@ -17,12 +17,12 @@ from fuzz.summary import summarise
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _row(status="passed", W=2, seconds=1.0, checks=None, ms=(7,)):
+def _row(status="passed", W=2, seconds=1.0, checks=None, ms=(7,), impl="unfused", paths=None, **more):
     return {
-        "time": 0.0, "test": "fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W2]", "impl": "unfused",
+        "time": 0.0, "test": f"fuzz/test_gemm_rs.py::test_compute[{impl}-cpu-W2]", "impl": impl,
         "topology": "cpu", "world_size": W, "optimize": 1, "driver_optimize": 1,
         "case": {"family": "compute", "seed": 1, "N": 64, "K": 64, "max_M": 256, "ms": list(ms), "kind": "exact"},
-        "status": status, "seconds": seconds, "note": "",
+        "status": status, "seconds": seconds, "note": "", "paths": paths or {}, **more,
         "checks": checks if checks is not None else [
             {"name": "within_tolerance", "passed": status == "passed", "rank": 0,
              "extra": {"max_error_over_budget": 0.25}}],
@@ -36,6 +36,13 @@ def _write(tmp_path, rows):
             f.write(json.dumps(r) + "\n")
 
 
+def _junit(tmp_path, *testcases):
+    """junit.xml with ``(name, inner XML)`` test cases of fuzz/test_gemm_rs.py."""
+    body = "".join(f'<testcase classname="fuzz.test_gemm_rs" name="{name}">{inner}</testcase>'
+                   for name, inner in testcases)
+    (tmp_path / "junit.xml").write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+
+
 def test_all_passed_is_pass_with_timing(tmp_path):
     _write(tmp_path, [_row(seconds=s) for s in (1.0, 2.0, 3.0, 10.0)])
     s = summarise(str(tmp_path), pytest_rc=0, seconds=20.0, profile="smoke")
@@ -46,12 +53,12 @@ def test_all_passed_is_pass_with_timing(tmp_path):
     assert cell["cases"] == 4 and cell["failures"] == 0 and cell["worst_over_budget"] == 0.25
     md = (tmp_path / "summary.md").read_text()
     assert "VERDICT: PASS" in md and "median s/case" in md
-    assert json.loads((tmp_path / "summary.json").read_text())["schema"] == "gemm-rs-gate-summary/1"
+    assert json.loads((tmp_path / "summary.json").read_text())["schema"] == "gemm-rs-gate-summary/2"
     assert (tmp_path / "coverage.png").stat().st_size > 1000
 
 
 def test_one_failed_case_fails_the_verdict_and_is_listed_with_its_repro(tmp_path):
-    _write(tmp_path, [_row(), _row(status="failed"), _row(status="hang", checks=[])])
+    _write(tmp_path, [_row(), _row(status="failed", ms=(3,)), _row(status="hang", checks=[], ms=(5,))])
     s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")  # even if pytest said 0
     assert s["verdict"] == "FAIL" and s["failed_cases"] == 2
     assert {f["repro"] for f in s["failures"]} == {"python -O -m fuzz.repro --case failed",
@@ -75,16 +82,72 @@ def test_skipped_checks_are_listed_not_passed(tmp_path):
 
 def test_whole_tests_pytest_skipped_are_listed(tmp_path):
     _write(tmp_path, [_row()])
-    (tmp_path / "junit.xml").write_text(
-        '<testsuites><testsuite name="pytest">'
-        '<testcase classname="fuzz.test_gemm_rs" name="test_graph_replay[unfused-cpu-W1]">'
-        '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" /></testcase>'
-        '<testcase classname="fuzz.test_gemm_rs" name="test_graph_replay[unfused-cpu-W2]">'
-        '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" /></testcase>'
-        '<testcase classname="fuzz.test_gemm_rs" name="test_compute[unfused-cpu-W1]" /></testsuite></testsuites>')
+    skip = '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" />'
+    _junit(tmp_path, ("test_graph_replay[unfused-cpu-W1]", skip), ("test_graph_replay[unfused-cpu-W2]", skip),
+           ("test_compute[unfused-cpu-W1]", ""))
     s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
     assert {"reason": "test test_graph_replay: CUDA graphs need a GPU topology", "count": 2} in s["skipped"]
     assert "test test_graph_replay: CUDA graphs need a GPU topology" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_failure_rerun_on_a_fresh_pool_is_listed_once_with_its_label(tmp_path):
+    first = _row(status="failed", ms=(3,))
+    labelled = _row(status="failed", ms=(3,), reproducibility="reproducible", rerun_status="failed")
+    flaky = _row(status="failed", ms=(9,), reproducibility="flaky", rerun_status="passed")
+    _write(tmp_path, [_row(), first, labelled, _row(status="failed", ms=(9,)), flaky])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert s["failed_cases"] == 2 and s["verdict"] == "FAIL"
+    assert sorted((f["case"]["ms"][0], f["reproducibility"], f["rerun_status"]) for f in s["failures"]) == [
+        (3, "reproducible", "failed"), (9, "flaky", "passed")]
+    md = (tmp_path / "summary.md").read_text()
+    assert "failed (reproducible, re-run failed)" in md and "failed (flaky, re-run passed)" in md
+
+
+def _paths(*calls):
+    return {"0": [{"path": p, "expected": e, "reason": r} for p, e, r in calls],
+            "1": [{"path": p, "expected": e, "reason": r} for p, e, r in calls]}
+
+
+def test_the_header_shows_each_implementation_s_path_mix_with_legitimate_fallbacks(tmp_path):
+    fused = [_row(impl="fused", paths=_paths(("fused", "fused", ""))) for _ in range(7)]
+    fused.append(_row(impl="fused", paths=_paths(("unfused", "unfused", "W=3 is not supported (2, 4, 8)"))))
+    _write(tmp_path, fused + [_row(paths=_paths(("unfused", "unfused", ""), ("unfused", "unfused", "")))])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    mix = {m["impl"]: m for m in s["paths"]}
+    assert mix["fused"]["paths"] == {"fused": 14, "unfused": 2} and mix["fused"]["unexpected"] == 0
+    assert mix["fused"]["fallbacks"] == [{"reason": "unfused: W=3 is not supported (2, 4, 8)", "count": 2}]
+    md = (tmp_path / "summary.md").read_text()
+    assert ("- fused: 88% fused path, 12% unfused (legitimate fallback: 2 x W=3 is not supported (2, 4, 8)) "
+            "(16 calls)") in md
+    assert "- unfused: 100% unfused path (4 calls)" in md
+    assert s["verdict"] == "PASS"
+
+
+def test_a_silent_fallback_and_a_case_without_a_path_are_called_out(tmp_path):
+    _write(tmp_path, [_row(impl="fused", paths=_paths(("unfused", "fused", ""))), _row(impl="fused")])
+    (m,) = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")["paths"]
+    assert m["unexpected"] == 2 and m["cases_without_path"] == 1
+    md = (tmp_path / "summary.md").read_text()
+    assert "2 call(s) ran a path the contract says does not serve them" in md
+    assert "1 passed case(s) recorded no path" in md
+
+
+def test_an_implementation_with_no_passed_case_fails_the_gate(tmp_path):
+    skipped = [{"name": "unsupported_config", "passed": False, "skipped": True, "rank": 0, "detail": "W=2 unsupported"}]
+    _write(tmp_path, [_row(), _row(impl="my:Impl", status="skipped", checks=skipped)])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert s["verdict"] == "FAIL" and s["unchecked_implementations"] == ["my:Impl"]
+    assert "my:Impl: NOTHING CHECKED" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_test_that_failed_before_any_case_is_listed_with_pytest_s_reason(tmp_path):
+    _write(tmp_path, [_row()])
+    _junit(tmp_path, ("test_compute[fused-unrunnable]",
+                      '<failure message="--impl fused cannot be gated here: needs a GPU">details</failure>'))
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert s["test_failures"] == [{"test": "test_compute[fused-unrunnable]", "kind": "failure",
+                                   "message": "--impl fused cannot be gated here: needs a GPU"}]
+    assert "--impl fused cannot be gated here: needs a GPU" in (tmp_path / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("rc, rows", [(1, [_row()]), (0, [])])
@@ -93,13 +156,27 @@ def test_pytest_failure_or_no_cases_is_fail(tmp_path, rc, rows):
     assert summarise(str(tmp_path), pytest_rc=rc, seconds=1.0, profile="ci")["verdict"] == "FAIL"
 
 
+def test_progress_counts_cases_and_failures_from_the_records(tmp_path):
+    from fuzz.campaign import _count_cases
+    from fuzz.case import Case, PoolSpec
+    from fuzz.record import case_row
+    from fuzz.report import CaseReport
+    from fuzz.status import Status
+
+    rows = [case_row(CaseReport(Case("compute", seed=1, N=64, K=64, max_M=256), PoolSpec(), status))
+            for status in (Status.PASSED, Status.FAILED, Status.SKIPPED, Status.HANG)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "cases-gw0.jsonl").write_text(text + text[:40])  # and a line still being written
+    assert _count_cases(str(tmp_path)) == (4, 2)
+
+
 def test_default_pools_per_gpu():
     assert [default_pools_per_gpu(c) for c in (1, 2, 8, 16, 128)] == [1, 1, 2, 4, 4]
 
 
 @pytest.mark.multiproc
 @pytest.mark.parametrize("impl, verdict, rc", [("unfused", "PASS", 0),
-                                               ("mutants.catalogue:DroppedRankOddM", "FAIL", 1)])
+                                               ("mutants.catalogue:WrongDtypeAccepted", "FAIL", 1)])
 def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
     out = tmp_path / "report"
     proc = subprocess.run(
@@ -114,8 +191,35 @@ def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
     assert s["verdict"] == verdict and s["cases"] > 0 and s["environment"]["optimize_ranks"] == [1]
     if verdict == "FAIL":
         assert s["failures"] and all("fuzz.repro" in f["repro"] for f in s["failures"])
+        # the failure Hypothesis reported was shrunk to the simplest bad call (every bad call at M=1 on the
+        # smallest shape, seed 0), re-run on a fresh pool and came back
+        (final,) = [f for f in s["failures"] if f["reproducibility"]]
+        assert final["reproducibility"] == "reproducible" and final["rerun_status"] == "failed", final
+        assert {k: final["case"][k] for k in ("family", "bad", "ms", "seed", "N", "K")} == {
+            "family": "bad_call", "bad": "all", "ms": [1], "seed": 0, "N": 64, "K": 64}, final
+        assert "(reproducible, re-run failed)" in (out / "summary.md").read_text()
     else:
         assert s["failed_cases"] == 0 and s["timing"][0]["world_size"] == 2
+
+
+@pytest.mark.multiproc
+def test_fused_asked_for_on_a_cpu_host_fails_the_gate_with_the_reason(tmp_path):
+    """No GPU topology here: ``--impl fused`` must end FAIL saying why, never PASS and never "no tests"."""
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU topology: fused is gated on it")
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz.campaign", "--profile", "smoke", "--impl", "fused", "--out", str(out),
+         "--jobs", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "VERDICT: FAIL" in proc.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["verdict"] == "FAIL" and s["cases"] == 0
+    assert s["test_failures"] and all("--impl fused cannot be gated here" in f["message"] for f in s["test_failures"])
+    assert "--impl fused cannot be gated here" in (out / "summary.md").read_text()
 
 
 @pytest.mark.multiproc

@@ -1,5 +1,7 @@
 """The fuzz engine's own guarantees: a hang becomes a failure with every rank's stack, a dead rank is
-reported and never hangs the driver, the pool restarts, no process outlives it, ports never collide."""
+reported (which rank, its exit code) and never hangs the driver, a rank's exception is reported as it is
+even when it leaves its peers blocked, the pool restarts after every case that did not pass, kills only
+its own processes, and no process outlives it; ports never collide."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 from fuzz.case import Case, PoolSpec
 from fuzz.pool import RankPool
+from fuzz.status import Status
 
 pytestmark = pytest.mark.multiproc
 
@@ -29,20 +32,24 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _next_case_passes_on_a_fresh_pool(pool: RankPool) -> None:
+    assert not pool.alive  # killed right after the case, not when the next one comes
+    after = pool.run(Case("compute", ms=[5], **SMALL), deadline=60)
+    assert after.passed, after.render()
+    assert pool.starts == 2
+
+
 def test_hang_reports_every_rank_stack_then_pool_restarts():
     pool = RankPool(PoolSpec(impl="mutants.catalogue:HangOnM", world_size=2))
     try:
         report = pool.run(Case("compute", ms=[77], **SMALL), deadline=4)
-        assert report.status == "hang"
+        assert report.status == Status.HANG
         assert set(report.stacks) == {0, 1}
         assert "HangOnM" in report.stacks[0] or "catalogue.py" in report.stacks[0]
         assert "reduce_scatter" in report.stacks[1]  # rank 1 waits in the collective for rank 0
         text = report.render()
         assert "--- rank 0 stacks ---" in text and "REPRO: python -m fuzz.repro" in text
-        assert not pool.alive
-        after = pool.run(Case("compute", ms=[5], **SMALL), deadline=60)
-        assert after.passed, after.render()
-        assert pool.starts == 2
+        _next_case_passes_on_a_fresh_pool(pool)
     finally:
         pool.close()
 
@@ -53,9 +60,12 @@ def test_rank_that_exits_mid_case_is_reported_and_pool_restarts():
         t0 = time.monotonic()
         report = pool.run(Case("compute", ms=[66], **SMALL), deadline=60)
         assert time.monotonic() - t0 < 30, "driver waited on a dead rank"
-        assert report.status == "died"
-        assert "exitcode  : 17" in report.note or "exit code" in report.note
+        assert report.status == Status.DIED
+        # torchrun's account, parsed: the last rank (2) exited with CrashOnM's code 17
+        assert "rank 2 died mid-case: exit code 17" in report.note, report.note
+        assert "rank(s) [2] closed their channel mid-case" in report.note, report.note
         assert pool.run(Case("compute", ms=[9], **SMALL), deadline=60).passed
+        assert pool.starts == 2
     finally:
         pool.close()
 
@@ -70,10 +80,100 @@ def test_rank_killed_from_outside_mid_case_is_reported():
         # rank 0 is late by 5 s, so the case is still running when rank 1 is killed
         report = pool.run(Case("compute", ms=[4], late_rank=0, delay_ms=5000, **SMALL), deadline=60)
         killer.join()
-        assert report.status == "died", report.render()
-        assert "rank 1" in report.note or "torchrun" in report.note
+        assert report.status == Status.DIED, report.render()
+        assert "rank 1 died mid-case: exit code -9" in report.note, report.note
     finally:
         pool.close()
+
+
+def test_a_rank_exception_that_blocks_its_peer_is_reported_quickly_as_that_exception():
+    """Rank 0 raises before the reduce-scatter rank 1 is blocked in: the driver reports rank 0's exception
+    (type, message, traceback, before anything else) within the grace period, with both ranks' stacks
+    (rank 1's in the collective), not a hang after the case deadline; the next case gets a fresh pool."""
+    from fuzz.verdict import GRACE_S, RAISED_CHECK
+
+    pool = RankPool(PoolSpec(impl="tests.engine.planted_impls:RaisesOnOneRank", world_size=2))
+    try:
+        pool.start()
+        t0 = time.monotonic()
+        report = pool.run(Case("compute", ms=[55], **SMALL), deadline=120)
+        assert time.monotonic() - t0 < GRACE_S + 20, "the driver waited for the blocked rank"
+        raised = [c for _, c in report.checks() if c["name"] == RAISED_CHECK and not c["passed"]]
+        # an exception escaping run_case is a harness error; an implementation's valid call that raised,
+        # caught by the family as a failed call_raised check, is a failure of the implementation
+        assert report.status == (Status.FAILED if raised else Status.ERROR), report.render()
+        text = report.render()
+        exc = "RuntimeError: planted failure: rank 0 raises at M=55 before the collective"
+        assert exc in text and "Traceback (most recent call last)" in text, text
+        assert "planted_impls.py" in text  # where it was raised
+        assert text.index(exc) < text.index("--- rank 0 stacks ---"), "the exception comes first"
+        assert 1 not in report.ranks and f"rank(s) [1] gave no result within {GRACE_S:g}s after rank 0" in report.note
+        assert set(report.stacks) == {0, 1} and "reduce_scatter" in report.stacks[1], report.stacks
+        _next_case_passes_on_a_fresh_pool(pool)
+    finally:
+        pool.close()
+
+
+def test_a_failed_case_restarts_the_pool_and_a_passed_one_keeps_it():
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=2))
+    try:
+        assert pool.run(Case("compute", ms=[4], **SMALL)).status == Status.PASSED
+        pids = pool.rank_pids()
+        assert pool.alive and pool.starts == 1  # a passed case keeps the pool
+        failed = pool.run(Case("compute", ms=[3], **SMALL))
+        assert failed.status == Status.FAILED, failed.render()
+        assert not pool.alive and pool.last_pids == pids  # killed at once, not at the next case
+        assert pool.run(Case("compute", ms=[4], **SMALL)).passed
+        assert pool.starts == 2 and set(pool.rank_pids().values()).isdisjoint(pids.values())
+    finally:
+        pool.close()
+
+
+def test_kill_signals_the_pinned_ranks_never_a_pid_reported_at_hello():
+    """The pids ranks reported at hello may belong to someone else by the time the pool is killed. Pretend
+    they do (an unrelated process of ours in its own session): kill() must reach the real ranks through
+    the pidfds it opened at hello, and leave the unrelated process and its group alone."""
+    import subprocess
+    import sys
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    pool = RankPool(PoolSpec(impl="unfused", world_size=2))
+    try:
+        pool.start()
+        ranks = pool.rank_pids()
+        for hello in pool.hello.values():
+            hello["pid"] = bystander.pid  # what a pid-based kill would signal (and its group)
+        pool.kill()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(_gone(p) for p in ranks.values()):
+            time.sleep(0.1)
+        assert all(_gone(p) for p in ranks.values()), "the real ranks survived the kill"
+        assert bystander.poll() is None, "kill() signalled a process that is not the pool's"
+    finally:
+        pool.close()
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_process_group_is_signalled_only_while_its_pinned_leader_lives():
+    import signal
+    import subprocess
+    import sys
+
+    from fuzz.pool import killpg_while_alive
+
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    fd = os.pidfd_open(leader.pid)
+    try:
+        assert killpg_while_alive(fd, leader.pid, 0)  # alive: its group is signalled
+        leader.kill()
+        leader.wait()
+        # exited and reaped: its pid may be anyone's now, so nothing is signalled
+        assert not killpg_while_alive(fd, leader.pid, signal.SIGKILL)
+    finally:
+        os.close(fd)
+        if leader.poll() is None:
+            leader.kill()
 
 
 def test_no_orphans_after_close():
@@ -121,8 +221,11 @@ def test_unsupported_world_size_is_a_clean_rejection():
     pool = RankPool(PoolSpec(impl="mutants.catalogue:PowerOfTwoGroupsOnly", world_size=3))
     try:
         report = pool.run(Case("compute", ms=[10], **SMALL))
-        assert report.passed, report.render()
-        assert report.property_names() == {"unsupported_config_rejected"}
+        # A rejected configuration is a skip with its reason, never a passing check.
+        assert not report.passed, report.render()
+        assert report.status == "skipped", report.render()
+        assert report.property_names() == {"unsupported_config"}
+        assert "W=3" in report.render()
     finally:
         pool.close()
 

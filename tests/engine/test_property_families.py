@@ -6,6 +6,7 @@ import pytest
 
 from fuzz.case import BAD_CALLS, CAPACITY_BADS, Case, PoolSpec
 from fuzz.pool import RankPool
+from fuzz.status import Status
 
 pytestmark = pytest.mark.multiproc
 
@@ -38,7 +39,7 @@ def test_every_family_runs_every_property_on_cpu():
     assert EXPECTED <= seen, f"never ran: {sorted(EXPECTED - seen)}"
     assert bads == set(BAD_CALLS) | set(CAPACITY_BADS)
     # On CPU the graph family is reported as skipped, with its reason, never as passed.
-    assert graph.status == "skipped" and "CUDA graphs" in graph.note
+    assert graph.status == Status.SKIPPED and "CUDA graphs" in graph.note
 
 
 def test_waived_clauses_are_skipped_with_their_reason_and_the_rest_is_checked():
@@ -55,7 +56,7 @@ def test_waived_clauses_are_skipped_with_their_reason_and_the_rest_is_checked():
     assert "allocates its own output" in skipped["padded_rows_untouched"]
     assert "allocates its own output" in skipped["returns_out"]
     assert {"within_tolerance", "bitwise_equal", "repeatable", "fresh_per_call"} <= compute.property_names()
-    assert capacity.status == "skipped" and "no capacity bound" in capacity.note
+    assert capacity.status == Status.SKIPPED and "no capacity bound" in capacity.note
     assert bad.passed, bad.render()  # library errors accepted as clear errors
     assert any(c["skipped"] and "out_dtype" in c["detail"] for c in bad.skipped_checks())
 
@@ -86,7 +87,7 @@ def test_an_accepted_bad_call_says_whether_its_result_is_right(impl, right):
         report = pool.run(Case("bad_call", seed=5, N=64, K=64, max_M=512, ms=[33], bad="x_noncontiguous"))
     finally:
         pool.close()
-    assert report.status == "failed", report.render()  # accepted: a violation either way
+    assert report.status == Status.FAILED, report.render()  # accepted: a violation either way
     checks = [c for _, c in report.checks() if c["name"] == "bad_call_rejected"]
     assert len(checks) == 2  # one per rank
     for c in checks:

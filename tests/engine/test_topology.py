@@ -72,15 +72,18 @@ def test_pools_per_gpu_is_validated(monkeypatch):
             pools_per_gpu()
 
 
+class Cfg:
+    """The gate's command-line options, as pytest's config hands them to gate_matrix."""
+
+    def __init__(self, **opts):
+        self.opts = {"--topology": None, "--impl": None, "--world-sizes": None, **opts}
+
+    def getoption(self, name):
+        return self.opts[name]
+
+
 def test_gate_matrix_per_host(monkeypatch):
     import fuzz.conftest as fc
-
-    class Cfg:
-        def __init__(self, **opts):
-            self.opts = {"--topology": None, "--impl": None, "--world-sizes": None, **opts}
-
-        def getoption(self, name):
-            return self.opts[name]
 
     monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu"])
     monkeypatch.setattr(fc, "_has_hopper", lambda: False)
@@ -97,6 +100,23 @@ def test_gate_matrix_per_host(monkeypatch):
     assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "multi-gpu"} == {2}
     assert fc.gate_matrix(Cfg(**{"--impl": "unfused", "--topology": "cpu", "--world-sizes": "2,3"})) == [
         ("unfused", "cpu", 2), ("unfused", "cpu", 3)]
+
+
+def test_a_gpu_only_implementation_asked_for_on_a_cpu_host_is_a_failing_entry_not_dropped(monkeypatch):
+    """--impl fused on a CPU-only host (or --topology cpu): one entry that fails with the reason, so the
+    gate ends FAIL; never an empty matrix (pytest: no tests) and never a pass."""
+    import fuzz.conftest as fc
+
+    monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu"])
+    monkeypatch.setattr(fc, "gpu_count", lambda: 0)
+    assert fc.gate_matrix(Cfg(**{"--impl": "fused,unfused", "--world-sizes": "2"})) == [
+        ("fused", fc.UNRUNNABLE, 0), ("unfused", "cpu", 2)]
+    with pytest.raises(pytest.fail.Exception, match="--impl fused cannot be gated here: the fused CuTe DSL kernel"):
+        fc.get_pool("fused", fc.UNRUNNABLE, 0)
+    monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu", "shared-gpu"])
+    assert fc.gate_matrix(Cfg(**{"--impl": "torch-async-tp", "--topology": "cpu"})) == [
+        ("torch-async-tp", fc.UNRUNNABLE, 0)]
+    assert ("fused", "shared-gpu", 2) in fc.gate_matrix(Cfg(**{"--impl": "fused"}))
 
 
 def test_shared_gpu_pools_are_dealt_over_gpu_places_largest_w_first(monkeypatch):
@@ -126,26 +146,3 @@ def test_shared_gpu_pools_are_dealt_over_gpu_places_largest_w_first(monkeypatch)
         assert all(len(grp) == 2 and len(set(grp)) == 1 for grp in shared.values())  # one pool, one worker
         assert {grp[0] for grp in shared.values()} == expect
     assert by_gate[("fused", "shared-gpu", 8)] != by_gate[("unfused", "shared-gpu", 8)]  # the two W=8 pools apart
-
-
-@pytest.mark.multiproc
-def test_separate_control_group_wiring_on_cpu():
-    """multi-gpu ranks agree on verdicts over a separate gloo group (NCCL carries the data); the same
-    wiring runs here with gloo standing in for NCCL."""
-    from fuzz.case import Case, PoolSpec
-    from fuzz.pool import RankPool
-
-    pool = RankPool(PoolSpec(impl="unfused", world_size=3), extra_env={"GEMM_RS_SEPARATE_CTRL_GROUP": "1"})
-    try:
-        ok = pool.run(Case("compute", seed=2, N=64, K=64, max_M=256, ms=[7, 129], kind="exact"))
-        assert ok.passed, ok.render()
-        bad = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=3),
-                       extra_env={"GEMM_RS_SEPARATE_CTRL_GROUP": "1"})
-        try:
-            failed = bad.run(Case("compute", seed=2, N=64, K=64, max_M=256, ms=[7]))
-        finally:
-            bad.close()
-        assert failed.status == "failed"
-        assert all(m["group_failed"] for m in failed.ranks.values())  # every rank learned the verdict
-    finally:
-        pool.close()

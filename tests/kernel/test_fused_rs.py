@@ -1,5 +1,7 @@
 """The fused GEMM + reduce-scatter: PTX of the kernel (no GPU needed), the workspace layout, the wrapper's
-W > 1 logic, and on a Hopper GPU the multi-rank protocol (``rs_worker.py`` under torchrun).
+W > 1 logic, and on a Hopper GPU the multi-rank protocol, through the suite's own harness: a rank pool
+(``torchrun``, fuzz/pool.py) of W ranks on one GPU running cases of the gate's families on ``fused``,
+judged by the gate's properties (fuzz/case.py lists them; the verdict is the case report's status).
 
 What the PTX tests pin down (the design record in ``kernel/fused/gemm_rs.py``):
   1. no ``multimem`` instruction, for every supported W;
@@ -11,14 +13,15 @@ What the PTX tests pin down (the design record in ``kernel/fused/gemm_rs.py``):
      ``st.global.v4.b32``; no local memory, wgmma mainloop kept.
 """
 
-import os
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from fuzz.case import Case, PoolSpec
+from fuzz.pool import RankPool
+from fuzz.status import Status
 from kernel.fused import cutlass_available
 from kernel.fused import wrapper as wrapper_mod
 from kernel.fused.workspace import (
@@ -30,7 +33,6 @@ from kernel.fused.workspace import (
     tile_slots,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 needs_cutlass = pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
 
 
@@ -149,9 +151,47 @@ def test_cpu_instance_has_no_workspace_and_falls_back():
     impl.close()  # idempotent
 
 
-# --- GPU: the protocol across ranks sharing one GPU ----------------------------------------------------------
+# --- GPU: the protocol across ranks sharing one GPU, on the gate's harness ---------------------------------
 def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+#: What the protocol must survive, as cases of the gate's families on one long-lived instance per shape:
+#: an alternating sequence of M (tiny, unaligned, one row, max_M - 1) with exact (bitwise vs the oracle and
+#: the integer truth) and gaussian inputs taking turns; out=None; a late first and last rank; a rejected
+#: call (M > max_M) and every bad call leaving state bit-identical and the instance working; a CUDA graph
+#: replayed with inputs changed in place and out poisoned, then an eager call (device-side epochs).
+PROTOCOL = dict(N=512, K=256, max_M=8192)
+ALTERNATION = [129, 1000, 7, 8191, 1, 129, 4096, 1000]
+
+
+def _turns(first: int) -> list[str]:
+    return [("exact", "gaussian")[(i + first) % 2] for i in range(len(ALTERNATION))]
+
+
+def protocol_cases(W: int) -> list[Case]:
+    return [
+        *(Case("compute", seed=10 + first, ms=ALTERNATION, kinds=_turns(first), **PROTOCOL) for first in (0, 1)),
+        Case("compute", seed=50, ms=[1000], kind="exact", out="none", **PROTOCOL),
+        *(Case("compute", seed=60 + r, ms=[1000, 129], kind="gaussian", late_rank=r, delay_ms=50, **PROTOCOL)
+          for r in sorted({0, W - 1})),
+        Case("capacity", seed=3, ms=[129], bad="over", **PROTOCOL),
+        Case("bad_call", seed=4, ms=[1000], bad="all", **PROTOCOL),
+        Case("graph", seed=70, ms=[1000], kind="exact", repeat=4, **PROTOCOL),
+        Case("compute", seed=90, ms=[129], kind="exact", **PROTOCOL),  # eager, after the graph's replays
+    ]
+
+
+def test_protocol_cases_are_valid_cases_of_the_gate():
+    """Runs on CPU: the GPU test's cases are well-formed and cover what rs_worker.py used to check."""
+    from fuzz.families import FAMILIES
+
+    for W in (2, 4, 8):
+        cases = protocol_cases(W)
+        assert {c.family for c in cases} == set(FAMILIES)
+        assert all(Case.from_json(c.to_json()) == c and len(c.call_kinds()) == len(c.ms) for c in cases)
+        assert {c.late_rank for c in cases} == {None, 0, W - 1}
+        assert sum(c.call_kinds().count("exact") for c in cases if c.ms == ALTERNATION) == len(ALTERNATION)
 
 
 @pytest.mark.gpu
@@ -163,12 +203,13 @@ def _hopper():
 @pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
 @pytest.mark.parametrize("W", [2, 4, 8])
 def test_fused_rs_shared_gpu(W):
-    env = dict(os.environ)
-    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
-               TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={W}",
-           os.path.join(ROOT, "tests", "kernel", "rs_worker.py"), "--hang-timeout", "200"]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
-    tail = (res.stdout + res.stderr)[-4000:]
-    assert res.returncode == 0, tail
-    assert f"RESULT W={W} PASSED" in res.stdout, tail
+    pool = RankPool(PoolSpec(impl="fused", topology="shared-gpu", world_size=W, optimize=sys.flags.optimize))
+    try:
+        for i, case in enumerate(protocol_cases(W)):
+            report = pool.run(case, deadline=600 if i == 0 else 200)  # the first case compiles the kernels
+            assert report.status == Status.PASSED, report.render()
+            if case.family in ("compute", "graph"):  # every call of the fused implementation took the fused path
+                paths = {c["path"] for calls in report.paths().values() for c in calls}
+                assert paths == {"fused"}, f"paths taken: {paths}\n{report.render()}"
+    finally:
+        pool.close()

@@ -1,7 +1,8 @@
 """The mutation meta-test (issue 4): the fuzz suite must FAIL on every planted-bug implementation of
 mutants/catalogue.py and PASS on the correct one, at the optimize level this test runs under (CI runs
 the whole test suite twice: plain and PYTHONOPTIMIZE=1, so both levels are covered), plus the
-capacity-as-assert mutant at the other level too (it must die under both).
+capacity-as-assert mutant at the other level too (it must die under both). A mutant is KILLED only by
+a failed property or the liveness watchdog; harness errors, broken sessions and timeouts are ERROR.
 
 CI part: Hypothesis ``ci`` profile, each mutant at its catalogue world sizes (W=2), two runs in parallel
 (~3-5 min per optimize level on 2 cores). Nightly part (``HYPOTHESIS_PROFILE=nightly`` or
@@ -52,27 +53,125 @@ def test_the_only_bare_assert_in_mutants_is_the_planted_one():
     assert hits == [("catalogue.py", "CapacityAsAssert")]
 
 
-def test_classify_takes_the_first_failing_case_record():
-    rows = [
-        {"test": "fuzz/test_gemm_rs.py::test_compute[m-cpu-W2]", "status": "passed", "checks": [], "time": 1},
-        {"test": "fuzz/test_gemm_rs.py::test_compute[m-cpu-W2]", "status": "failed", "time": 2, "repro": "R",
-         "checks": [{"name": "within_tolerance", "passed": True, "skipped": False},
-                    {"name": "padded_rows_untouched", "passed": False, "skipped": False}]},
-        {"test": "fuzz/test_gemm_rs.py::test_compute[m-cpu-W2]", "status": "failed", "time": 3, "checks": []},
-    ]
-    out = meta.Outcome("M", 0, "ci", "fail", "ERROR", "2", returncode=1)
-    meta._classify(out, rows, "", timed_out=False)
-    assert (out.verdict, out.test, out.caught_by, out.examples, out.repro) == (
-        "KILLED", "test_compute[W2]", "padded_rows_untouched", 2, "R")
-    survived = meta.Outcome("M", 0, "ci", "fail", "ERROR", "2", returncode=0)
-    meta._classify(survived, rows[:1], "", timed_out=False)
-    assert survived.verdict == "SURVIVED" and not survived.ok
-    broken = meta.Outcome("M", 0, "ci", "fail", "ERROR", "2", returncode=4)
-    meta._classify(broken, [], "collection error", timed_out=False)
-    assert broken.verdict == "ERROR" and not broken.ok  # a harness failure is not a kill
-    hung = meta.Outcome("M", 0, "ci", "fail", "ERROR", "2", returncode=1)
-    meta._classify(hung, [dict(rows[0], status="hang")], "", timed_out=False)
-    assert hung.caught_by == "hang" and hung.ok
+def test_expected_properties_are_machine_readable():
+    names = {"within_tolerance", "oracle_within_tolerance", "bitwise_equal", "nonfinite_pattern_matches",
+             "padded_rows_untouched", "guard_regions_untouched", "repeatable", "fresh_per_call", "returns_out",
+             "capacity_rejected", "bad_call_rejected", "inputs_changed_in_place", "hang", "died"}
+    for s in catalogue.CATALOGUE:
+        assert isinstance(s.expected, tuple) and s.expected, s.name
+        assert all(e.isidentifier() for e in s.expected), s.name
+    assert {e for s in catalogue.CATALOGUE for e in s.expected} & names  # the names of real checks
+    with pytest.raises(TypeError):
+        catalogue.MutantSpec("X", (2,), "within_tolerance (in words)")
+
+
+TEST = "fuzz/test_gemm_rs.py::test_compute[mutants.catalogue:M-cpu-W2]"
+TARGET = meta.Target("M", "mutants.catalogue:M", (2,), "fail", expected=("within_tolerance",))
+FINE = meta.SessionResult(returncode=1, timed_out=False, timeout=600, text="", wall_s=1.0)
+
+
+def _case(status, t, checks=(), test=TEST, **more):
+    return {"test": test, "status": status, "time": t, "repro": f"R{t}", "checks": list(checks), **more}
+
+
+def _outcome(outcome, test=TEST, when="call", message=""):
+    return {"test": test, "gate": ["mutants.catalogue:M", "cpu", 2], "when": when, "outcome": outcome,
+            "duration": 2.0, "message": message}
+
+
+def _classify(rows, lines, target=TARGET, session=FINE):
+    return meta.classify(target, 0, "ci", rows, lines, session)
+
+
+WRONG = {"name": "within_tolerance", "passed": False, "skipped": False}
+RIGHT = {"name": "repeatable", "passed": True, "skipped": False}
+
+
+def test_a_failed_property_is_a_kill_and_names_the_test_properties_and_examples():
+    rows = [_case("passed", 1, [RIGHT]), _case("failed", 2, [RIGHT, WRONG, WRONG]),
+            _case("failed", 3, [WRONG], reproducibility="reproducible")]
+    o = _classify(rows, [_outcome("failed")])
+    assert (o.verdict, o.test, o.caught_by, o.examples, o.repro, o.reproducibility) == (
+        meta.Verdict.KILLED, "test_compute[W2]", ("within_tolerance",), 2, "R2", "reproducible")
+    assert o.ok and o.as_expected is True
+    other = _classify(rows, [_outcome("failed")], meta.Target("M", "mutants.catalogue:M", (2,), "fail",
+                                                               expected=("padded_rows_untouched",)))
+    assert other.verdict == meta.Verdict.KILLED and other.as_expected is False
+    assert "MISMATCH M -O0: caught by within_tolerance, expected padded_rows_untouched" in meta.render([other])
+
+
+@pytest.mark.parametrize("status", ["hang", "died"])
+def test_the_liveness_watchdog_kills(status):
+    o = _classify([_case(status, 1)], [_outcome("failed")])
+    assert o.verdict == meta.Verdict.KILLED and o.caught_by == (status,)
+
+
+def test_a_harness_error_is_never_a_kill():
+    row = _case("error", 1, errors={"0": "Traceback ...\nImportError: no module named nope"})
+    o = _classify([row], [_outcome("failed")])
+    assert o.verdict == meta.Verdict.ERROR and not o.ok
+    assert "harness error in test_compute[W2]: ImportError: no module named nope" in o.detail
+    assert "ERROR (harness, not a kill)" in meta.render([o])
+
+
+@pytest.mark.parametrize("session, lines, why", [
+    (meta.SessionResult(4, False, 600, "usage", 1.0), [_outcome("failed")], "pytest exited 4"),
+    (meta.SessionResult(3, False, 600, "INTERNALERROR", 1.0), [_outcome("failed")], "pytest exited 3"),
+    (meta.SessionResult(None, True, 600, "", 1.0), [_outcome("passed")], "ran past its 600s limit"),
+    (FINE, [], "no test of this target ran"),
+    (FINE, [_outcome("failed", when="setup", message="PoolError: pool did not start")],
+     "test failed without a failing case: test_compute[W2]: error (PoolError: pool did not start)"),
+])
+def test_a_broken_session_is_an_error_not_a_kill_nor_a_survivor(session, lines, why):
+    o = _classify([_case("passed", 1, [RIGHT])], lines, session=session)
+    assert o.verdict == meta.Verdict.ERROR and why in o.detail, o.detail
+
+
+def test_a_caught_case_whose_test_pytest_did_not_fail_is_an_error():
+    o = _classify([_case("failed", 1, [WRONG])], [_outcome("passed")])
+    assert o.verdict == meta.Verdict.ERROR and "but pytest did not fail" in o.detail
+
+
+def test_survived_needs_a_passed_case_and_every_test_passed_or_skipped():
+    o = _classify([_case("passed", 1, [RIGHT])], [_outcome("passed"), _outcome("skipped", test=TEST + "x")])
+    assert o.verdict == meta.Verdict.SURVIVED and not o.ok
+    nothing = _classify([_case("skipped", 1)], [_outcome("passed")])
+    assert nothing.verdict == meta.Verdict.ERROR and "nothing checked" in nothing.detail
+
+
+def test_the_correct_implementation_passes_only_when_everything_passed():
+    correct = meta.Target("unfused (correct)", "unfused", (2,), "pass")
+    test = "fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W2]"
+    ok = _classify([_case("passed", 1, [RIGHT], test=test)], [_outcome("passed", test=test)], correct,
+                   meta.SessionResult(0, False, 600, "", 1.0))
+    assert ok.verdict == meta.Verdict.PASSED and ok.ok
+    bad = _classify([_case("failed", 1, [WRONG], test=test)], [_outcome("failed", test=test)], correct)
+    assert bad.verdict == meta.Verdict.FAILED and not bad.ok
+
+
+def test_records_of_other_targets_are_not_mixed_in():
+    other = "fuzz/test_gemm_rs.py::test_compute[mutants.catalogue:MM-cpu-W2]"
+    o = _classify([_case("failed", 1, [WRONG], test=other), _case("passed", 2, [RIGHT])],
+                  [_outcome("failed", test=other), _outcome("passed")])
+    assert o.verdict == meta.Verdict.SURVIVED and o.cases == 1
+
+
+def test_a_mutant_s_expected_properties_pick_which_tests_run_first():
+    order = meta.kill_order(meta.targets(["CapacityAsAssert", "WorkQueuedBeforeCheck", "DroppedRankOddM"]))
+    assert order == {"mutants.catalogue:CapacityAsAssert": ["test_capacity"],
+                     "mutants.catalogue:WorkQueuedBeforeCheck": ["test_capacity", "test_bad_call"],
+                     "mutants.catalogue:DroppedRankOddM": ["test_compute"]}  # the correct one: file order
+
+
+def test_sessions_share_the_work_and_keep_world_size_sets_apart():
+    tgts = meta.targets(profile="ci")
+    sessions = meta._sessions(tgts, "ci", 2)
+    assert sorted(t.name for s in sessions for t in s) == sorted(t.name for t in tgts) and len(sessions) == 2
+    assert sum(t.must == "pass" for t in sessions[0] + sessions[1]) == 1
+    nightly = meta._sessions(meta.targets(profile="nightly"), "nightly", 2)
+    assert all(len({t.world_sizes for t in s}) == 1 for s in nightly)
+    cmd = meta.command(sessions[0], 1)
+    assert cmd[1] == "-O" and cmd[cmd.index("-n") + 1] == "0" and "mutants.stop_at_first_failure" in cmd
 
 
 # --- the matrix (multi-process) ---------------------------------------------------------------------------
@@ -102,6 +201,18 @@ def test_capacity_assert_killed_at_the_other_optimize_level(record_property):
     _check([meta.run_one(target, other, "ci")], record_property)
 
 
+@pytest.mark.multiproc
+def test_an_implementation_the_ranks_cannot_load_is_an_error_not_a_kill(record_property):
+    """End to end: every case of a target whose module does not exist ends ERROR (a harness error on every
+    rank), so the target is ERROR — the suite did not catch anything."""
+    target = meta.Target("Missing", "tests.engine.planted_impls:DoesNotExist", (2,), "fail",
+                         expected=("within_tolerance",))
+    o = meta.run_one(target, sys.flags.optimize, "ci")
+    record_property("outcome", repr(o))
+    assert o.verdict == meta.Verdict.ERROR and not o.ok, meta.render([o])
+    assert "harness error" in o.detail and "DoesNotExist" in o.detail, o.detail
+
+
 @pytest.mark.slow
 @pytest.mark.multiproc
 @pytest.mark.skipif(not NIGHTLY, reason="nightly part: set HYPOTHESIS_PROFILE=nightly or GEMM_RS_MUTATION_NIGHTLY=1")
@@ -120,5 +231,6 @@ def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
     assert tgts[0].impl == "fused" and tgts[0].must == "pass"
     assert {t.impl for t in tgts[1:]} == {s.impl for s in GPU_CATALOGUE + WRAPPER_CATALOGUE}
     assert all(t.topology == "shared-gpu" for t in tgts)
-    cmd = command(tgts[1], 1)
+    assert all(t.expected for t in tgts[1:])  # the GPU catalogue's words, read as property names
+    cmd = command(tgts[1:2], 1)
     assert cmd[cmd.index("--topology") + 1] == "shared-gpu" and "-O" in cmd

@@ -1,0 +1,82 @@
+"""The verdict rules: the ranks' result messages (and what the liveness watchdog saw) -> one
+:class:`~fuzz.status.Status`; a failing case re-run on a fresh pool -> reproducible or flaky.
+
+The driver alone decides; ranks never agree on a verdict among themselves. In order:
+
+1. an exception escaped ``run_case`` on some rank           -> ERROR  (the harness broke: nothing judged)
+2. a check failed on some rank (``call_raised`` included:  -> FAILED (a property caught the implementation)
+   a valid call raised)
+3. the watchdog: a rank gave no result by the deadline      -> HANG; a rank process exited -> DIED
+4. a rank gave no result, or ran no check                    -> ERROR  (nothing to judge it by)
+5. every check skipped (each with its reason)                -> SKIPPED
+6. otherwise                                                 -> PASSED
+
+A rank whose exception (1, or a failed ``call_raised``) broke the collective schedule may leave its
+peers blocked in a collective with it: the pool then waits only :data:`GRACE_S` for the others
+(:func:`breaks_schedule`), collects every rank's stack and kills the pool; rule 1 or 2 still names the
+exception, not a hang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .report import CaseReport
+from .status import Reproducibility, Status
+
+#: The per-call check an implementation fails when a valid call raises (its traceback in ``detail``).
+RAISED_CHECK = "call_raised"
+#: Seconds the driver waits for the other ranks once one rank reported an exception.
+GRACE_S = float(os.environ.get("GEMM_RS_ERROR_GRACE", "5"))
+
+
+def breaks_schedule(msg: dict) -> bool:
+    """A rank's result that may leave its peers stuck in a collective: it raised mid-case."""
+    return bool(msg.get("error")) or any(c["name"] == RAISED_CHECK and not c["passed"] and not c["skipped"]
+                                         for c in msg.get("checks", []))
+
+
+def judge(ranks: dict[int, dict], world_size: int, liveness: Status | None = None) -> tuple[Status, str]:
+    """The status of a case from the results that arrived (``ranks``: rank -> result message) and the
+    watchdog's finding (HANG or DIED, else None); the second item says why when it is not obvious."""
+    if liveness not in (None, Status.HANG, Status.DIED):
+        raise ValueError(f"liveness is HANG, DIED or None, not {liveness!r}")
+    errors = sorted(r for r, m in ranks.items() if m.get("error"))
+    if errors:
+        return Status.ERROR, f"harness error: an exception escaped run_case on rank(s) {errors}"
+    checks = [c for m in ranks.values() for c in m.get("checks", [])]
+    if any(not c["passed"] and not c["skipped"] for c in checks):
+        return Status.FAILED, ""
+    if liveness is not None:
+        return liveness, ""
+    missing = sorted(set(range(world_size)) - set(ranks))
+    if missing:
+        return Status.ERROR, f"no result from rank(s) {missing}"
+    idle = sorted(r for r, m in ranks.items() if not m.get("checks"))
+    if idle:
+        return Status.ERROR, f"rank(s) {idle} ran no check"
+    if all(c["skipped"] for c in checks):
+        reasons = "; ".join(sorted({c["detail"] for c in checks}))
+        return Status.SKIPPED, f"every check was skipped: {reasons}"
+    return Status.PASSED, ""
+
+
+def confirm(first: CaseReport, rerun: CaseReport) -> CaseReport:
+    """A failing case (``first``) and its re-run on a fresh pool -> the report to show: the re-run when the
+    failure came back (its REPRO line reproduced it), else the first failure; labelled either way."""
+    if first.status.ok:
+        raise ValueError(f"only a failing case is confirmed, not a {first.status} one")
+    if rerun.status.ok:
+        shown = dataclasses.replace(first, reproducibility=Reproducibility.FLAKY, rerun_status=rerun.status)
+        shown.note = _join(shown.note, f"FLAKY: re-run once on a fresh pool, the case {rerun.status} "
+                                       f"({rerun.seconds:.2f}s); the first run's failure is shown")
+        return shown
+    shown = dataclasses.replace(rerun, reproducibility=Reproducibility.REPRODUCIBLE, rerun_status=rerun.status)
+    again = "the same way" if rerun.status == first.status else f"as {rerun.status} (first run: {first.status})"
+    shown.note = _join(f"REPRODUCIBLE: re-run once on a fresh pool, the case failed again {again}", rerun.note)
+    return shown
+
+
+def _join(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)

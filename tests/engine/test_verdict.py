@@ -1,0 +1,113 @@
+"""The verdict rules (fuzz/verdict.py) on the ranks' result messages, the re-run label, and the rendered
+report's order: each rule fed the result that must trip it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fuzz.case import Case, PoolSpec
+from fuzz.report import CaseReport
+from fuzz.status import Reproducibility, Status
+from fuzz.verdict import RAISED_CHECK, breaks_schedule, confirm, judge
+
+
+def _check(name="within_tolerance", passed=True, skipped=False, detail="", **extra):
+    return {"name": name, "passed": passed, "skipped": skipped, "rank": None, "total": 0, "n_wrong": 0, "n_nan": 0,
+            "n_inf": 0, "worst_index": None, "worst_row": None, "worst_actual": None, "worst_expected": None,
+            "worst_error": None, "allowed": None, "detail": detail, "extra": extra}
+
+
+def _msg(*checks, error=None):
+    return {"type": "result", "id": 0, "error": error, "checks": list(checks)}
+
+
+OK = _msg(_check())
+TRACEBACK = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: harness broke\n"
+
+
+def test_status_strings_are_the_records_strings():
+    assert json.dumps({"status": Status.FAILED}) == '{"status": "failed"}'
+    assert Status("hang") is Status.HANG and f"{Status.DIED}" == "died"
+    assert {s for s in Status if s.ok} == {Status.PASSED, Status.SKIPPED}
+    assert {s for s in Status if s.caught} == {Status.FAILED, Status.HANG, Status.DIED}
+    assert Reproducibility("flaky") is Reproducibility.FLAKY
+
+
+def test_every_rank_passed_is_passed():
+    assert judge({0: OK, 1: OK}, 2) == (Status.PASSED, "")
+
+
+def test_one_failed_check_on_one_rank_fails_the_case():
+    assert judge({0: OK, 1: _msg(_check(), _check("padded_rows_untouched", passed=False))}, 2)[0] == Status.FAILED
+
+
+def test_a_valid_call_that_raised_is_a_failure_of_the_implementation():
+    raised = _msg(_check(RAISED_CHECK, passed=False, detail=TRACEBACK))
+    assert breaks_schedule(raised) and not breaks_schedule(OK)
+    assert judge({0: raised}, 2)[0] == Status.FAILED  # its peer never answered: still the failure
+
+
+def test_an_exception_escaping_run_case_is_a_harness_error_whatever_else_failed():
+    status, why = judge({0: _msg(_check(passed=False)), 1: _msg(error=TRACEBACK)}, 2, Status.HANG)
+    assert status == Status.ERROR and "rank(s) [1]" in why
+    assert breaks_schedule(_msg(error=TRACEBACK))
+
+
+def test_the_watchdog_decides_when_nothing_that_arrived_failed():
+    assert judge({0: OK}, 2, Status.HANG)[0] == Status.HANG
+    assert judge({}, 2, Status.DIED)[0] == Status.DIED
+    assert judge({0: _msg(_check(passed=False))}, 2, Status.DIED)[0] == Status.FAILED
+    with pytest.raises(ValueError):
+        judge({0: OK}, 1, Status.ERROR)
+
+
+@pytest.mark.parametrize("ranks, why", [
+    ({0: OK}, "no result from rank(s) [1]"),
+    ({0: OK, 1: _msg()}, "rank(s) [1] ran no check"),
+    ({}, "no result from rank(s) [0, 1]"),
+])
+def test_nothing_to_judge_by_is_an_error_never_a_pass(ranks, why):
+    assert judge(ranks, 2) == (Status.ERROR, why)
+
+
+def test_all_checks_skipped_is_skipped_with_the_reasons_and_one_real_check_is_not():
+    skipped = _msg(_check("graph_replay", passed=False, skipped=True, detail="no CUDA graphs on cpu"))
+    assert judge({0: skipped, 1: skipped}, 2) == (Status.SKIPPED, "every check was skipped: no CUDA graphs on cpu")
+    assert judge({0: skipped, 1: OK}, 2)[0] == Status.PASSED
+
+
+def _report(status, note="", ranks=None, seconds=1.0):
+    case = Case("compute", seed=1, N=64, K=64, max_M=256, ms=[3])
+    return CaseReport(case=case, spec=PoolSpec(), status=status, ranks=ranks or {}, note=note, seconds=seconds)
+
+
+def test_a_failure_that_comes_back_is_reproducible_and_shows_the_rerun():
+    first, rerun = _report(Status.FAILED, "first"), _report(Status.HANG, "rerun")
+    shown = confirm(first, rerun)
+    assert shown.reproducibility == Reproducibility.REPRODUCIBLE and shown.status == Status.HANG
+    assert shown.rerun_status == Status.HANG and "rerun" in shown.note and "(first run: failed)" in shown.note
+    assert shown.repro() == first.repro()
+
+
+def test_a_failure_that_does_not_come_back_is_flaky_and_still_a_failure():
+    shown = confirm(_report(Status.FAILED, "first"), _report(Status.PASSED))
+    assert shown.reproducibility == Reproducibility.FLAKY and shown.status == Status.FAILED
+    assert shown.rerun_status == Status.PASSED and "FLAKY" in shown.note
+    with pytest.raises(ValueError):
+        confirm(_report(Status.PASSED), _report(Status.FAILED))
+
+
+def test_the_rendered_report_puts_the_exception_first():
+    raised = _check(RAISED_CHECK, passed=False, detail="Traceback ...\nRuntimeError: kernel launch failed")
+    wrong = _check("within_tolerance", passed=False, detail="3 rows wrong")
+    report = _report(Status.FAILED, "rank(s) [1] gave no result", ranks={0: _msg(raised, wrong)})
+    report.stacks = {1: "File x.py in reduce_scatter"}
+    text = confirm(report, _report(Status.FAILED, "again", ranks={0: _msg(raised, wrong)})).render()
+    order = [text.index(s) for s in ("REPRODUCIBLE", "RuntimeError: kernel launch failed", "again", "3 rows wrong",
+                                     "REPRO: python -m fuzz.repro")]
+    assert order == sorted(order), text
+    assert text.count("kernel launch failed") == 1  # the call_raised check is not repeated among failed checks
+    harness = _report(Status.ERROR, ranks={1: _msg(error=TRACEBACK)}).render()
+    assert "rank 1 raised (harness error, nothing judged):\nTraceback" in harness
