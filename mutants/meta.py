@@ -184,7 +184,11 @@ def command(tgts: list[Target], optimize: int) -> list[str]:
 #: which of its tests run first in a kill session (mutants/stop_at_first_failure.py); all of them still run
 #: until one catches it.
 PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "test_bad_call",
-                 "graph_replay": "test_graph_replay"}
+                 "graph_replay": "test_graph_replay", "graph_replay_exact": "test_graph_replay",
+                 "should_run_stable": "test_layers", "dispatch_agrees_across_ranks": "test_layers",
+                 "other_instances_untouched": "test_layers", "dispatch_graph_replay": "test_layers",
+                 "stream_ordered_result": "test_streams", "stream_ordered_exact": "test_streams",
+                 "stream_ordered_padding": "test_streams", "call_raised": "test_layers"}
 
 
 def kill_order(tgts: list[Target]) -> dict[str, list[str]]:

@@ -73,7 +73,7 @@ def test_state_unchanged_fails_on_a_changed_or_missing_tensor():
     before = snapshot({"a": impl})
     assert {"a: workspace", "a: shard", "a: guard 'after workspace'"} <= set(before)
     assert state_unchanged(before, snapshot({"a": impl}), during="nothing", name="t").passed
-    impl.state_tensors()["shard"][3, 5] += 1
+    impl.state_tensors()["shard"].view(torch.int16)[3, 5] ^= 1  # one bit (the buffer is uninitialised)
     res = state_unchanged(before, snapshot({"a": impl}), during="a peer's call", name="t")
     assert not res.passed and res.extra["changed"] == ["a: shard"] and "a peer's call" in res.detail
     impl._guard.view(torch.int16)[0] ^= 1  # a red-zone word
