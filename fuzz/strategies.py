@@ -123,15 +123,24 @@ def instances_cases(draw, world_size: int, topology: str = "cpu", max_M: int | N
 DISPATCH_MS = (1, 64, 127, 128, 129, 255, 256, 1024)
 
 
+def _near_case(draw, family: str, favoured, *, max_size: int, outs: tuple[str, ...], world_size: int,
+               topology: str, max_M: int | None) -> Case:
+    """A ``family`` case of 1..max_size M values near ``favoured``, exact or gaussian inputs, on a drawn
+    layout."""
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology))
+    ms = draw(ms_near(favoured, world_size, max_M, max_size=max_size))
+    kind = draw(st.sampled_from(["exact", "gaussian"]))
+    out = draw(st.sampled_from(outs))
+    return Case(family, draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
+                layout=draw(layouts(world_size)))
+
+
 @st.composite
 def dispatch_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
     """A layer dispatching on should_run / can_run, M alternating across the threshold."""
-    max_M = max_M or MAX_M[machine(topology)]
-    N, K = draw(shapes(topology))
-    ms = draw(ms_near(DISPATCH_MS, world_size, max_M, max_size=3))
-    kind = draw(st.sampled_from(["exact", "gaussian"]))
-    return Case("dispatch", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out="none", repeat=1,
-                layout=draw(layouts(world_size)))
+    return _near_case(draw, "dispatch", DISPATCH_MS, max_size=3, outs=("none",), world_size=world_size,
+                      topology=topology, max_M=max_M)
 
 
 @st.composite
@@ -182,13 +191,8 @@ STREAM_MS = (1024, 2048, 4097, 8191)
 @st.composite
 def streams_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None) -> Case:
     """Calls on a non-default stream beside a busy one, inputs overwritten and freed right after."""
-    max_M = max_M or MAX_M[machine(topology)]
-    N, K = draw(shapes(topology))
-    ms = draw(ms_near(STREAM_MS, world_size, max_M, max_size=2))
-    kind = draw(st.sampled_from(["exact", "gaussian"]))
-    out = draw(st.sampled_from(["guarded", "none"]))
-    return Case("streams", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
-                layout=draw(layouts(world_size)))
+    return _near_case(draw, "streams", STREAM_MS, max_size=2, outs=("guarded", "none"), world_size=world_size,
+                      topology=topology, max_M=max_M)
 
 
 FAMILY_STRATEGIES = {
