@@ -75,7 +75,7 @@ def load() -> None:
 #: the campaign uses them to estimate the time left)
 WEIGHTS = {
     "test_compute": 40,
-    "test_layers": 10,
+    "test_layers": 6,
     "test_capacity": 12,
     "test_bad_call": 15,
     "test_graph_replay": 8,
