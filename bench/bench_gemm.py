@@ -8,7 +8,9 @@ plus the compile seconds per (N, K) configuration.
     python bench/bench_gemm.py [--ms 128,512,...] [--ns 4096,7168] [--ks 2048,4096] [--protocol pull|push]
 
 ``--protocol`` picks the tile configs (kernel/fused/tiles.py): pull, 128x256 and 128x128; push, 128x256,
-128x224 and 64x128. The last column names the tile each M used.
+128x224 and 64x128. The last column names the tile each M used. ``--all-tiles`` also times every config at
+every M (the data the push cost model of kernel/fused/tiles.py is fitted to) and prints one table of TF/s,
+the chosen config marked with ``*``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,43 @@ def bench_one(impl, M, N, K, dev) -> tuple[float, float]:
     return flops / t_ours / 1e12, flops / t_mm / 1e12
 
 
+class _Forced:
+    """``impl`` with its tile config forced to ``index`` (the W == 1 GEMM launch of that config)."""
+
+    def __init__(self, impl, index):
+        self.impl, self.index = impl, index
+
+    def __call__(self, x, w, out):
+        import cuda.bindings.driver as cuda
+
+        stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+        kernels = self.impl._compiled[self.impl.kernel_protocols()[0]]
+        kernels[self.index].launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), x.shape[0], stream)
+        return out
+
+
+def all_tiles(impl, M, N, K, dev) -> list[float]:
+    """TF/s of every tile config of ``impl`` at M (each checked against the fp64 bound first)."""
+    out = []
+    for i in range(len(impl.tile_configs())):
+        forced = _Forced(impl, i)
+        verdict, _ = check(lambda x, w, f=forced: f(x, w, torch.empty(x.shape[0], N, device=dev,
+                                                                         dtype=torch.bfloat16)), M, N, K)
+        out.append(bench_one(forced, M, N, K, dev)[0] if verdict == "ok" else float("nan"))
+    return out
+
+
+def render_all_tiles(configs, every) -> str:
+    """One line per (M, N, K): TF/s of each config (the chosen one starred) and of torch.mm."""
+    names = [f"{c.tile_m}x{c.tile_n}" for c in configs]
+    head = f"{'M':>6} {'N':>6} {'K':>6} | " + " ".join(f"{n:>9}" for n in names) + f" | {'mm':>7}"
+    lines = ["every tile config (TF/s; * = chosen by kernel/fused/tiles.py)", head, "-" * len(head)]
+    for M, N, K, chosen, tfs, mm in every:
+        cells = " ".join(f"{t:>8.1f}{'*' if i == chosen else ' '}" for i, t in enumerate(tfs))
+        lines.append(f"{M:>6} {N:>6} {K:>6} | {cells} | {mm:>7.1f}")
+    return "\n".join(lines)
+
+
 def host_overhead_us(impl, M) -> float:
     """Wall time of one eager wrapper call, checks + launch, without waiting for the GPU."""
     x = torch.randn(M, impl.K, device="cuda").bfloat16()
@@ -89,6 +128,7 @@ def main() -> None:
     p.add_argument("--ns", default="4096,7168")
     p.add_argument("--ks", default="2048,4096")
     p.add_argument("--protocol", default="pull", choices=("pull", "push"), help="whose tile configs (W = 1)")
+    p.add_argument("--all-tiles", action="store_true", help="also time every tile config at every M")
     args = p.parse_args()
     ms = [int(v) for v in args.ms.split(",")]
     ns = [int(v) for v in args.ns.split(",")]
@@ -104,6 +144,7 @@ def main() -> None:
     print(hdr)
     print("-" * len(hdr))
     max_m = max(ms)
+    every = []  # (M, N, K, chosen index, [TF/s per config], mm TF/s)
     for N in ns:
         for K in ks:
             impl = FusedGemmRs(max_M=max_m, N=N, K=K, device=dev, force_fused=True, protocol=args.protocol)
@@ -116,6 +157,10 @@ def main() -> None:
                     "{0.tile_m}x{0.tile_n}".format(impl.tile_configs()[impl.tile_config_index(M)]),
                     flush=True,
                 )
+                if args.all_tiles:
+                    every.append((M, N, K, impl.tile_config_index(M), all_tiles(impl, M, N, K, dev), tf_m))
+    if every:
+        print(render_all_tiles(impl.tile_configs(), every))
     print(f"\nhost time per eager call (launch only, M={ms[0]}): {host_overhead_us(impl, ms[0]):.1f} us")
     print("\ncompile seconds per configuration:")
     for (N, K, cfg, arch), v in compile_stats()["configs"].items():

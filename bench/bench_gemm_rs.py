@@ -3,6 +3,7 @@ async-TP, vs the physical bound, and the fused GEMM core vs ``torch.mm``, as rat
 
     torchrun --nproc-per-node W bench/bench_gemm_rs.py [--shapes 7168x2048,8192x14336] [--ms 128,...,16384]
                                                        [--nvlink-gbs GB/s] [--write-crossover] [--plot out.png]
+                                                       [--experiment-shapes 7168x2048] [--samples 25]
 
 Method, per (N, K) and M (K is per rank):
 
@@ -16,7 +17,10 @@ Method, per (N, K) and M (K is per rank):
 3. The max over ranks per sample (all ranks replay together after a barrier; a collective is as slow as its
    slowest rank), then the median of >= 20 samples.
 4. Columns: fused pull (``fused``, the default protocol), fused push (``kernel.fused.FusedGemmRsPush``),
-   torch mm + NCCL reduce-scatter (``UnfusedGemmRs``), PyTorch async-TP
+   fused auto (``kernel.fused.FusedGemmRsAuto`` with the faster-protocol table this run measured for the
+   shape: a second pass over the Ms once pull and push were timed at every M, checked bitwise like the
+   others first; it should time as the faster of the two at each M; the last column names its protocol
+   there), torch mm + NCCL reduce-scatter (``UnfusedGemmRs``), PyTorch async-TP
    (``torch.ops.symm_mem.fused_matmul_reduce_scatter`` as ``kernel/adapters/torch_async_tp.py`` calls it;
    it needs M % W == 0), torch.mm of the local (M x K) x (K x N) alone, and the physical bound
    ``max(T_mm, (W-1)/W * M*N*2 B / NVLink bandwidth)``. The NVLink bandwidth is measured in the same run
@@ -25,8 +29,16 @@ Method, per (N, K) and M (K is per rank):
 5. GEMM core vs torch.mm: the push configs' fused kernel at W = 1 (a singleton group) against torch.mm on
    the same rotated buffers, on rank 0 while the other ranks wait.
 6. ``should_run`` crossover: per (N, K, W, protocol), the smallest measured M from which the fused kernel
-   beats torch mm + RS at that M and every larger one; ``--write-crossover`` merges it into
-   ``kernel/fused/crossover.json``, which the wrapper reads (multi-gpu only).
+   beats torch mm + RS at that M and every larger one; and per (N, K, W) the faster protocol at each M
+   (``protocol="auto"``); ``--write-crossover`` merges both into ``kernel/fused/crossover.json``, which the
+   wrapper reads (multi-gpu only).
+7. Where the push kernel's time goes (``--experiment-shapes``, multi-gpu): the same push kernel in the
+   ``push_first`` order (the first iteration's), with the first iteration's 4-deep epilogue ring
+   (``ring4``), with every push redirected into the rank's own memory (``local_push``: the same GEMM and
+   TMA stores at local speed, so ``push - local_push`` is what NVLink costs), and with no mainloop
+   (``no_mma``: pushes, flags and sums alone: the transfer as the kernel achieves it), next to torch.mm and
+   the transfer time at the measured NVLink bandwidth. push_first and ring4 are real kernels and are
+   checked like the others; local_push and no_mma compute wrong sums by design and are only timed.
 
 Topology. One GPU per rank (``multi-gpu``, NCCL): every column is printed. Ranks sharing one GPU
 (``shared-gpu``, gloo): the ranks time-slice one GPU and the unfused path stages through the host, so
@@ -50,8 +62,18 @@ L2_BYTES = 60 * 2**20
 SHARED_NOTE = ("shared-gpu: the W ranks time-slice one GPU, so fused-vs-unfused timings are meaningless "
                "and are not printed; correctness is checked and the GEMM core is timed on rank 0 alone")
 #: Timed implementations: row key -> column title.
-TIMED = {"fused_s": "pull us", "push_s": "push us", "unfused_s": "mm+RS us", "asynctp_s": "asyncTP us",
-         "mm_s": "mm us", "bound_s": "bound us"}
+TIMED = {"fused_s": "pull us", "push_s": "push us", "auto_s": "auto us", "unfused_s": "mm+RS us",
+         "asynctp_s": "aTP us", "mm_s": "mm us", "bound_s": "bound us"}
+#: Ratio columns: title -> (numerator key, denominator key); speedups (> 1: ours faster) except x/bnd,
+#: ours over the physical bound (>= 1; 1 is the bound).
+RATIOS = {"pull/mmRS": ("unfused_s", "fused_s"), "push/mmRS": ("unfused_s", "push_s"),
+          "auto/mmRS": ("unfused_s", "auto_s"), "push/aTP": ("asynctp_s", "push_s"),
+          "auto/aTP": ("asynctp_s", "auto_s"), "push/bnd": ("push_s", "bound_s"), "auto/bnd": ("auto_s", "bound_s")}
+#: The push A/B builds (method 7): row key -> (column title, FusedGemmRsPush options, checked like a real kernel).
+EXPERIMENTS = {"push_first_s": ("push_first", {"push_order": "push_first"}, True),
+               "ring4_s": ("ring4", {"experiment": "ring4"}, True),
+               "local_push_s": ("local_push", {"experiment": "local_push"}, False),
+               "no_mma_s": ("no_mma", {"experiment": "no_mma"}, False)}
 
 
 def _ratio(num, den) -> str:
@@ -60,22 +82,32 @@ def _ratio(num, den) -> str:
 
 def render_table(rows: list[dict], shared: bool) -> str:
     """One line per M: the check, the times (us), the speedups of the fused kernels over torch mm + RS and
-    async-TP, push over the physical bound (>= 1; 1 is the bound), and the GEMM core over torch.mm."""
-    head = (f"{'M':>6} | {'check':>6} | " + " ".join(f"{t:>10}" for t in TIMED.values())
-            + f" | {'pull/mmRS':>9} {'push/mmRS':>9} {'push/aTP':>8} {'push/bnd':>8} | {'core/mm':>7}")
+    async-TP, push and auto over the physical bound (>= 1; 1 is the bound), the GEMM core over torch.mm,
+    and the protocol auto ran at that M."""
+    head = (f"{'M':>6} | {'check':>6} | " + " ".join(f"{t:>9}" for t in TIMED.values())
+            + " | " + " ".join(f"{t:>9}" for t in RATIOS) + f" | {'core/mm':>7} | auto")
     lines = [head, "-" * len(head)]
     for r in rows:
-        times = " ".join(f"{'n/a':>10}" if shared or r.get(k) is None else f"{r[k] * 1e6:>10.1f}" for k in TIMED)
-        if shared:
-            ratios = f"{'n/a':>9} {'n/a':>9} {'n/a':>8} {'n/a':>8}"
-        else:
-            g = r.get
-            ratios = (f"{_ratio(g('unfused_s'), g('fused_s')):>9} {_ratio(g('unfused_s'), g('push_s')):>9} "
-                      f"{_ratio(g('asynctp_s'), g('push_s')):>8} {_ratio(g('push_s'), g('bound_s')):>8}")
+        times = " ".join(f"{'n/a':>9}" if shared or r.get(k) is None else f"{r[k] * 1e6:>9.1f}" for k in TIMED)
+        ratios = " ".join(f"{'n/a':>9}" if shared else f"{_ratio(r.get(a), r.get(b)):>9}" for a, b in RATIOS.values())
         core = _ratio(r.get("core_tflops"), r.get("mm_tflops"))
-        lines.append(f"{r['M']:>6} | {r['check']:>6} | {times} | {ratios} | {core:>7}")
+        lines.append(f"{r['M']:>6} | {r['check']:>6} | {times} | {ratios} | {core:>7} | {r.get('auto_protocol', '')}")
     if shared:
         lines.append(f"NOTE: {SHARED_NOTE}")
+    return "\n".join(lines)
+
+
+def render_experiments(rows: list[dict]) -> str:
+    """Where the push kernel's time goes (method 7), us: push and its A/B builds, torch.mm, the transfer
+    ``(W-1)/W * M*N*2 B`` at the measured NVLink bandwidth; ``nvl cost`` = push - local_push."""
+    cols = [("push_s", "push")] + [(k, v[0]) for k, v in EXPERIMENTS.items()] + [("mm_s", "mm"), ("tx_s", "transfer")]
+    head = f"{'M':>6} | " + " ".join(f"{t:>10}" for _, t in cols) + f" | {'nvl cost':>8} {'tiles':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        vals = " ".join(f"{r[k] * 1e6:>10.1f}" if r.get(k) else f"{'n/a':>10}" for k, _ in cols)
+        cost = (f"{(r['push_s'] - r['local_push_s']) * 1e6:>8.1f}" if r.get("push_s") and r.get("local_push_s")
+                else f"{'n/a':>8}")
+        lines.append(f"{r['M']:>6} | {vals} | {cost} {r.get('push_tiles', ''):>7}")
     return "\n".join(lines)
 
 
@@ -112,6 +144,20 @@ def plot(rows: list[dict], shared: bool, path: str, title: str) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+def protocol_entry(rows: list[dict], N: int, K: int, W: int, machine: str, command: str) -> dict | None:
+    """The ``protocols`` entry of kernel/fused/crossover.json (``protocol="auto"``): the faster protocol at
+    each M where both were timed."""
+    from datetime import date
+
+    from kernel.fused.crossover import faster_protocol_by_m
+
+    timings = {r["M"]: (r["fused_s"], r["push_s"]) for r in rows if r.get("fused_s") and r.get("push_s")}
+    if not timings:
+        return None
+    return {"N": N, "K": K, "W": W, "by_m": faster_protocol_by_m(timings), "measured": date.today().isoformat(),
+            "machine": machine, "command": command}
 
 
 def crossovers(rows: list[dict], N: int, K: int, W: int, machine: str, command: str) -> list[dict]:
@@ -163,7 +209,7 @@ def main() -> int:  # noqa: C901 — a linear script
     import torch.distributed as dist
 
     from kernel.adapters.torch_async_tp import TorchAsyncTpGemmRs
-    from kernel.fused import FusedGemmRs, FusedGemmRsPush
+    from kernel.fused import FusedGemmRs, FusedGemmRsAuto, FusedGemmRsPush
     from kernel.unfused import UnfusedGemmRs
     from oracle import make_w, make_x, reference_gemm_rs, seeded_shard_truth
     from properties import bitwise_equal, within_tolerance
@@ -176,6 +222,8 @@ def main() -> int:  # noqa: C901 — a linear script
     ap.add_argument("--nvlink-gbs", type=float, default=None,
                     help="NVLink bandwidth per direction for the bound (default: measured in this run)")
     ap.add_argument("--no-asynctp", action="store_true", help="skip the async-TP column")
+    ap.add_argument("--experiment-shapes", default="7168x2048",
+                    help="shapes (N x K) with the push A/B builds of method 7, comma separated; '' for none")
     ap.add_argument("--write-crossover", action="store_true",
                     help="merge the measured should_run crossovers into kernel/fused/crossover.json (multi-gpu)")
     ap.add_argument("--plot", default=None, help="PNG path for the ratio plot (shape index appended)")
@@ -220,7 +268,45 @@ def main() -> int:  # noqa: C901 — a linear script
         w[:, :8] = torch.randint(-2, 3, (N, 8), device=dev, generator=g).bfloat16()
         return x, w
 
-    all_rows, entries = {}, []
+    def check_exact(impls: dict, M: int, N: int, K: int, skip=()) -> list:
+        """(name, verdict) of every implementation in ``impls`` but ``skip``: exact inputs, bitwise."""
+        x, w = exact_inputs(M, N, K)
+        ref = reference_gemm_rs(x, w)
+        n_valid = max(0, min(-(-M // W), M - rank * -(-M // W)))
+        return [(name, bitwise_equal(impl(x, w), ref, n_valid, rank=rank)) for name, impl in impls.items()
+                if not ((name == "asynctp_s" and M % W) or name in skip)]
+
+    def all_passed(verdicts: list, where: str) -> bool:
+        """Every rank's verdicts passed (agreed over ranks); the located mismatches printed otherwise."""
+        ok = torch.tensor([int(all(v.passed for _, v in verdicts))])
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=ctrl)
+        for name, v in verdicts:
+            if not v.passed:
+                print(f"[rank {rank}] {where} {name}: {v.render()}", flush=True)
+        return bool(ok.item())
+
+    def rotated(M: int, N: int, K: int):
+        """(x, w, out-shard) and (x, w, full-out) triples over enough buffer sets that the working set
+        exceeds 2x L2 (method 2)."""
+        S = -(-M // W)
+        nsets = max(2, min(args.reps, -(-2 * L2_BYTES // (2 * (M * K + N * K + S * N)))))
+        xs = [torch.randn(M, K, device=dev).bfloat16() for _ in range(nsets)]
+        ws = [(torch.randn(N, K, device=dev) / K**0.5).bfloat16() for _ in range(nsets)]
+        outs = [torch.empty(S, N, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
+        ys = [torch.empty(M, N, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
+        sets = [(xs[i % nsets], ws[i % nsets], outs[i % nsets]) for i in range(args.reps)]
+        full = [(xs[i % nsets], ws[i % nsets], ys[i % nsets]) for i in range(args.reps)]
+        return sets, full
+
+    def time_rs(impl, name: str, M: int, sets) -> float | None:
+        """Seconds per call of a GEMM-RS implementation, max over ranks, median (async-TP: no out=)."""
+        if name == "asynctp_s":
+            if M % W:
+                return None
+            return max_over_ranks(timed_graph([lambda a=a, b=b, i=impl: i(a, b) for a, b, _ in sets]))
+        return max_over_ranks(timed_graph([lambda a=a, b=b, c=c, i=impl: i(a, b, out=c) for a, b, c in sets]))
+
+    entries, protocol_entries = [], []
     for N, K in shapes:
         impls = {
             "fused_s": FusedGemmRs(None, max_M=max_m, N=N, K=K, device=dev, force_fused=forced),
@@ -229,56 +315,37 @@ def main() -> int:  # noqa: C901 — a linear script
         }
         if not args.no_asynctp and not shared:
             impls["asynctp_s"] = TorchAsyncTpGemmRs(None, max_M=max_m, N=N, K=K, device=dev)
+        if f"{N}x{K}" in args.experiment_shapes.split(",") and not shared:
+            for key, (_, options, _) in EXPERIMENTS.items():
+                impls[key] = FusedGemmRsPush(None, max_M=max_m, N=N, K=K, device=dev, **options)
+        unchecked = {k for k, (_, _, checked) in EXPERIMENTS.items() if not checked}
         core = FusedGemmRsPush(singles[rank], max_M=max_m, N=N, K=K, device=dev)
         rows = []
         for M in ms:
-            S = -(-M // W)
             row = {"M": M}
             # 1. correctness first: every timed implementation, exact inputs bitwise; Gaussian at the smallest M
-            verdicts = []
-            x, w = exact_inputs(M, N, K)
-            ref = reference_gemm_rs(x, w)
-            n_valid = max(0, min(S, M - rank * S))
-            for name, impl in impls.items():
-                if name == "asynctp_s" and M % W:
-                    continue
-                verdicts.append((name, bitwise_equal(impl(x, w), ref, n_valid, rank=rank)))
+            verdicts = check_exact(impls, M, N, K, skip=unchecked)
             if M == min(ms):
                 xg, wg = make_x(M, rank, M, K, W, "gaussian").to(dev), make_w(M, rank, N, K, W, "gaussian").to(dev)
                 truth = seeded_shard_truth(M, "gaussian", rank, M, N, K, W, device=dev)
                 for name in ("fused_s", "push_s"):
                     verdicts.append((name, within_tolerance(impls[name](xg, wg), truth, rank=rank)))
-            ok = torch.tensor([int(all(v.passed for _, v in verdicts))])
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=ctrl)
-            row["check"] = "ok" if ok.item() else "FAIL"
-            if not ok.item():
-                for name, v in verdicts:
-                    if not v.passed:
-                        print(f"[rank {rank}] N={N} K={K} M={M} {name}: {v.render()}", flush=True)
+            ok = all_passed(verdicts, f"N={N} K={K} M={M}")
+            row["check"] = "ok" if ok else "FAIL"
+            if not ok:
                 rows.append(row)
                 continue
             # 2. rotated buffers, graphs
-            set_bytes = 2 * (M * K + N * K + S * N)
-            nsets = max(2, min(args.reps, -(-2 * L2_BYTES // set_bytes)))
-            xs = [torch.randn(M, K, device=dev).bfloat16() for _ in range(nsets)]
-            ws = [(torch.randn(N, K, device=dev) / K**0.5).bfloat16() for _ in range(nsets)]
-            outs = [torch.empty(S, N, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
-            sets = [(xs[i % nsets], ws[i % nsets], outs[i % nsets]) for i in range(args.reps)]
-            ys = [torch.empty(M, N, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
-            full = [(xs[i % nsets], ws[i % nsets], ys[i % nsets]) for i in range(args.reps)]
+            sets, full = rotated(M, N, K)
             if not shared:
                 for name, impl in impls.items():
-                    if name == "asynctp_s":  # allocates its output: no out=
-                        if M % W == 0:
-                            calls = [lambda a=a, b=b, i=impl: i(a, b) for a, b, _ in sets]
-                            row[name] = max_over_ranks(timed_graph(calls))
-                        continue
-                    row[name] = max_over_ranks(timed_graph([lambda a=a, b=b, c=c, i=impl: i(a, b, out=c)
-                                                            for a, b, c in sets]))
+                    row[name] = time_rs(impl, name, M, sets)
                 mm_calls = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in full]
                 row["mm_s"] = max_over_ranks(timed_graph(mm_calls))
                 if nvlink_gbs:
-                    row["bound_s"] = max(row["mm_s"], (W - 1) / W * M * N * 2 / (nvlink_gbs * 1e9))
+                    row["tx_s"] = (W - 1) / W * M * N * 2 / (nvlink_gbs * 1e9)
+                    row["bound_s"] = max(row["mm_s"], row["tx_s"])
+            row["push_tiles"] = "{}x{}".format(*_tile(impls["push_s"], M))
             # 5. GEMM core vs torch.mm, rank 0 alone
             dist.barrier(group=ctrl)
             if rank == 0:
@@ -293,29 +360,49 @@ def main() -> int:  # noqa: C901 — a linear script
             rows.append(row)
             if rank == 0:
                 print(f"N={N} K={K} M={M} done: {row}", flush=True)
-        all_rows[(N, K)] = rows
-        if not shared:
-            entries += crossovers(rows, N, K, W, machine, command)
         for impl in list(impls.values()) + [core]:
             impl.close()
-    if rank == 0:
-        topo = "shared-gpu (W ranks on one GPU, gloo)" if shared else "multi-gpu (one GPU per rank, NCCL)"
-        bw = f"{nvlink_gbs:.0f} GB/s per direction ({nvlink_src})" if nvlink_gbs else "n/a"
-        for (N, K), rows in all_rows.items():
-            title = f"{torch.cuda.get_device_name(dev)}, W={W} {topo}, N={N}, K/rank={K}, NVLink {bw}"
+        if not shared:
+            entries += crossovers(rows, N, K, W, machine, command)
+            by_m = protocol_entry(rows, N, K, W, machine, command)
+            protocol_entries += [by_m] if by_m else []
+            if by_m:  # 4. auto over this run's table (the same on every rank: timings are max over ranks)
+                auto = FusedGemmRsAuto(None, max_M=max_m, N=N, K=K, device=dev, protocol_by_m=by_m["by_m"])
+                for row in rows:
+                    if row["check"] != "ok":
+                        continue
+                    M = row["M"]
+                    row["auto_protocol"] = auto.call_protocol(M)
+                    if not all_passed(check_exact({"auto_s": auto}, M, N, K), f"N={N} K={K} M={M}"):
+                        row["check"] = "FAIL"
+                        continue
+                    row["auto_s"] = time_rs(auto, "auto_s", M, rotated(M, N, K)[0])
+                auto.close()
+        if rank == 0:  # each shape's tables as soon as it is measured: a time limit keeps what was printed
+            topo = "shared-gpu (W ranks on one GPU, gloo)" if shared else "multi-gpu (one GPU per rank, NCCL)"
+            bw = f"{nvlink_gbs:.0f} GB/s per direction ({nvlink_src})" if nvlink_gbs else "n/a"
+            title = (f"{torch.cuda.get_device_name(dev)}, W={W} {topo}, N={N}, K/rank={K}, NVLink {bw}, "
+                     f"push order {impls['push_s'].push_order}")
             print("\n" + title)
             print(render_table(rows, shared))
+            if any(r.get(k) for r in rows for k in EXPERIMENTS):
+                print(f"where the push time goes (us), N={N} K={K}:")
+                print(render_experiments(rows))
             if args.plot:
-                path = args.plot if len(all_rows) == 1 else args.plot.replace(".png", f"_{N}x{K}.png")
+                path = args.plot if len(shapes) == 1 else args.plot.replace(".png", f"_{N}x{K}.png")
                 why = plot(rows, shared, path, title)
-                print(f"plot: {path}" if why is None else f"plot not written: {why}")
+                print(f"plot: {path}" if why is None else f"plot not written: {why}", flush=True)
+    if rank == 0:
         for e in entries:
             print(f"crossover N={e['N']} K={e['K']} W={e['W']} {e['protocol']}: "
                   f"should_run from M >= {e['min_m'] if e['min_m'] is not None else 'never (unfused everywhere)'}")
+        for e in protocol_entries:
+            print(f"faster protocol N={e['N']} K={e['K']} W={e['W']}: "
+                  + " ".join(f"{m}:{p}" for m, p in e["by_m"].items()))
         if args.write_crossover and entries:
             from kernel.fused.crossover import TABLE_PATH, write_entries
 
-            write_entries(entries)
+            write_entries(entries, protocols=protocol_entries)
             print(f"crossover table written: {TABLE_PATH}")
         elif args.write_crossover:
             print("crossover table NOT written: no cross-rank timings (shared-gpu, or every check failed)")
@@ -324,7 +411,7 @@ def main() -> int:  # noqa: C901 — a linear script
 
 
 def _tile(impl, M) -> tuple[int, int]:
-    c = impl.tile_configs()[impl.tile_config_index(M)]
+    c = impl.tile_configs(impl.call_protocol(M))[impl.tile_config_index(M)]
     return c.tile_m, c.tile_n
 
 

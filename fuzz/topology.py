@@ -25,6 +25,9 @@ MULTICAST_OFF = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 
+#: kernel.fused.compile.KERNEL_CACHE_ENV (not imported: the driver need not load the kernel package)
+KERNEL_CACHE_ENV = "GEMM_RS_KERNEL_CACHE_DIR"
+
 
 def gpu_count() -> int:
     try:
@@ -59,6 +62,19 @@ def pools_per_gpu() -> int:
     return n
 
 
+def gate_kernel_cache_dir() -> str:
+    """The host-wide kernel cache the gate's GPU ranks use (kernel/fused/compile.py: each (N, K, W, tile,
+    protocol) compiled once per host and loaded by every other rank and run, about 10 ms instead of a
+    1-5 s compile): ``GEMM_RS_KERNEL_CACHE_DIR`` when set (``none`` turns it off), else
+    ``$XDG_CACHE_HOME/gemm-rs/kernels`` (``~/.cache/...``). Entries are keyed by a digest of the key, the
+    CuTe DSL version and the kernels' source, so an edit never loads a stale kernel."""
+    value = os.environ.get(KERNEL_CACHE_ENV)
+    if value is not None:
+        return value
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gemm-rs", "kernels")
+
+
 def rank_env(topology: str, gpus: list[int] | None = None) -> dict[str, str]:
     """Environment additions for the rank processes of a pool."""
     if topology not in TOPOLOGIES:
@@ -67,7 +83,9 @@ def rank_env(topology: str, gpus: list[int] | None = None) -> dict[str, str]:
     env["GEMM_RS_TOPOLOGY"] = topology
     if topology == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    elif topology == "shared-gpu":
+    if topology != "cpu":
+        env[KERNEL_CACHE_ENV] = gate_kernel_cache_dir()
+    if topology == "shared-gpu":
         env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(gpus[0])

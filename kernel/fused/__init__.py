@@ -3,12 +3,13 @@
 ``import kernel.fused`` needs only torch: the CuTe DSL modules (``gemm``, ``compile``) import
 nvidia-cutlass-dsl and are loaded on first use. :class:`FusedGemmRs` (``wrapper``) is the
 implementation the suite loads as ``"fused"`` (pull protocol; :class:`FusedGemmRsPush`, loadable as
-``kernel.fused:FusedGemmRsPush``, is the push protocol); on machines where the kernel cannot run it says why
+``kernel.fused:FusedGemmRsPush``, is the push protocol; :class:`FusedGemmRsAuto` picks per call the protocol
+measured faster); on machines where the kernel cannot run it says why
 (``can_run``) and falls back to the unfused implementation, recording ``last_path``.
 """
 
 from __future__ import annotations
 
-from .wrapper import FusedGemmRs, FusedGemmRsPush, cutlass_available
+from .wrapper import FusedGemmRs, FusedGemmRsAuto, FusedGemmRsPush, cutlass_available
 
-__all__ = ["FusedGemmRs", "FusedGemmRsPush", "cutlass_available"]
+__all__ = ["FusedGemmRs", "FusedGemmRsAuto", "FusedGemmRsPush", "cutlass_available"]

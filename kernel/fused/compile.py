@@ -35,14 +35,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .config import DEFAULT_ARCH, DEFAULT_PROTOCOL, SPIN_TIMEOUT_S, check_protocol, normalize_faults
+from .config import (
+    DEFAULT_ARCH,
+    DEFAULT_PROTOCOL,
+    KERNEL_EXPERIMENTS,
+    PUSH_ORDERS,
+    SPIN_TIMEOUT_S,
+    check_protocol,
+    check_push_build,
+    normalize_faults,
+)
 from .gemm import GemmConfig, HopperGemmBF16
 
 #: Environment variable naming the host-wide kernel cache directory (unset or empty: no disk cache).
 KERNEL_CACHE_ENV = "GEMM_RS_KERNEL_CACHE_DIR"
 #: The modules every kernel is traced from: their text is part of a disk-cache digest.
-_KERNEL_SOURCES = ("config.py", "gemm.py", "gemm_rs.py", "gemm_rs_push.py", "rs_protocol.py", "ptx.py",
-                   "compile.py")
+_KERNEL_SOURCES = ("config.py", "gemm.py", "gemm_rs.py", "gemm_rs_push.py", "push_order.py", "rs_protocol.py",
+                   "ptx.py", "compile.py")
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,8 @@ class RsCompileKey:
     spin_timeout_s: float = SPIN_TIMEOUT_S
     faults: frozenset = frozenset()  # fault-injected build (kernel.fused.config.KERNEL_FAULTS); empty: real
     protocol: str = DEFAULT_PROTOCOL
+    order: str = ""  # push: the tile order (kernel.fused.config.PUSH_ORDERS); pull: ""
+    experiment: str = ""  # push: a measurement-only build (kernel.fused.config.KERNEL_EXPERIMENTS); "": real
 
 
 @dataclass
@@ -145,17 +156,27 @@ def get_compiled(N: int, K: int, config: GemmConfig | None = None, arch: str = D
 
 def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, rank: int | None = None,
                     arch: str = DEFAULT_ARCH, spin_timeout_s: float = SPIN_TIMEOUT_S, faults=(),
-                    protocol: str = DEFAULT_PROTOCOL) -> CompiledGemmRs:
+                    protocol: str = DEFAULT_PROTOCOL, order: str | None = None,
+                    experiment: str = "") -> CompiledGemmRs:
     """The compiled fused GEMM + reduce-scatter for this key (compiled on first request), for every rank.
 
     ``rank`` (optional) is only validated: the rank is a launch argument. ``faults``: names of planted bugs
     of ``protocol`` (:data:`kernel.fused.config.KERNEL_FAULTS`), part of the key; unknown names, or names of
-    the other protocol, raise ``ValueError``. Empty (the default) is the real kernel."""
-    check_protocol(protocol)
+    the other protocol, raise ``ValueError``. Empty (the default) is the real kernel. Push only: ``order``
+    (:data:`kernel.fused.config.PUSH_ORDERS`, default the first) and ``experiment`` (a measurement-only
+    build, :data:`kernel.fused.config.KERNEL_EXPERIMENTS`), both part of the key."""
+    check_protocol(protocol, kernel=True)
     if rank is not None and not 0 <= int(rank) < int(world_size):
         raise ValueError(f"rank {rank} outside 0..{int(world_size) - 1}")
+    if protocol == "push":
+        order = PUSH_ORDERS[0] if order is None else order
+        check_push_build(order, experiment)
+        if experiment and experiment not in KERNEL_EXPERIMENTS:
+            raise ValueError(f"push experiment {experiment!r} is not a kernel build (the wrapper's)")
+    elif order or experiment:
+        raise ValueError("order and experiment are push-protocol builds")
     key = RsCompileKey(int(N), int(K), config or GemmConfig(), int(world_size), arch, float(spin_timeout_s),
-                       normalize_faults(faults, protocol), protocol)
+                       normalize_faults(faults, protocol), protocol, order or "", experiment)
     return _cached(key, _compile_rs)
 
 
@@ -177,11 +198,15 @@ def _cached(key, compile_fn):
 def _kernel_of(key):
     if isinstance(key, CompileKey):
         return HopperGemmBF16(key.N, key.K, key.config)
+    common = dict(spin_timeout_s=key.spin_timeout_s, faults=key.faults)
     if key.protocol == "pull":
-        from .gemm_rs import HopperGemmRsBF16 as cls
-    else:
-        from .gemm_rs_push import HopperGemmRsPushBF16 as cls
-    return cls(key.N, key.K, key.config, key.world_size, spin_timeout_s=key.spin_timeout_s, faults=key.faults)
+        from .gemm_rs import HopperGemmRsBF16
+
+        return HopperGemmRsBF16(key.N, key.K, key.config, key.world_size, **common)
+    from .gemm_rs_push import HopperGemmRsPushBF16
+
+    return HopperGemmRsPushBF16(key.N, key.K, key.config, key.world_size, order=key.order or PUSH_ORDERS[0],
+                                experiment=key.experiment, **common)
 
 
 def _compile_gemm(key: CompileKey) -> CompiledGemm:
@@ -230,8 +255,11 @@ def _read_ptx(fn) -> str:
 
 # --- the host-wide cache (opt-in) ----------------------------------------------------------------------
 def kernel_cache_dir() -> str | None:
-    """The host-wide kernel cache directory (``GEMM_RS_KERNEL_CACHE_DIR``), or None when it is off."""
-    return os.environ.get(KERNEL_CACHE_ENV) or None
+    """The host-wide kernel cache directory (``GEMM_RS_KERNEL_CACHE_DIR``), or None when it is off
+    (unset, empty or ``none``). The gate turns it on for its GPU rank pools by default
+    (:func:`fuzz.topology.rank_env`); a library user opts in."""
+    value = os.environ.get(KERNEL_CACHE_ENV, "")
+    return None if value.lower() in ("", "none", "off") else value
 
 
 def cutlass_dsl_version() -> str:

@@ -62,9 +62,38 @@ class GemmConfig:
 #: shard by loading all W partials through peer pointers (:mod:`kernel.fused.gemm_rs`; proven on the GPU).
 #: ``push``: partials of peers' shards are pushed (TMA stores) into the owner's inbox during the GEMM,
 #: own shard last, the W-way sum fused into the epilogue of the own tiles (:mod:`kernel.fused.gemm_rs_push`).
-PROTOCOLS = ("pull", "push")
-#: The protocol ``FusedGemmRs`` uses unless told otherwise: the one proven on the GPU.
+#: ``auto`` (the wrapper only): per call, the protocol the measured table of :mod:`kernel.fused.crossover`
+#: says is faster at that M for this (N, K, W); one instance owns both kernels over one workspace (their
+#: flags and buffers are compatible call after call: the design records' ``done`` and epoch rules).
+KERNEL_PROTOCOLS = ("pull", "push")
+PROTOCOLS = KERNEL_PROTOCOLS + ("auto",)
+#: The protocol ``FusedGemmRs`` uses unless told otherwise: the one proven on the GPU. Kept at pull after the
+#: first iteration's measurements (2xH200): push was 5-13 % faster than pull at every M at N = 7168, K = 2048,
+#: but slower at N = 8192, K = 14336 for M = 128, 256 (100.5 / 177.6 vs 85.9 / 116.3 us) and 2048 .. 16384
+#: (1-6 %): no protocol wins everywhere, which is what ``auto`` is for; the lead switches the default to auto
+#: on GPU evidence (bench/gpu_kernel_check.sh: auto correct and at least as fast as the faster protocol).
 DEFAULT_PROTOCOL = "pull"
+
+#: Tile orders of the push kernel (:mod:`kernel.fused.push_order`). ``interleaved``: a lead of one wave of
+#: pushes, then own tiles interleaved with the pushes (the transfer spread over the whole GEMM; for one GPU
+#: per rank). ``push_first``: every push, then every own tile (for ranks time-slicing one GPU: a rank never
+#: waits before all its pushes are out, so a call needs two rounds of time slices, not one per wave).
+PUSH_ORDERS = ("interleaved", "push_first")
+#: Epilogue ring of the push protocol's tile configs, in (tile_m x 32) sub-tiles: a whole 128x256 tile, so
+#: that the consumer warps write a pushed tile into shared memory and go on with the next mainloop while the
+#: TMA engine drains it over NVLink (the mainloop keeps 3 stages instead of 4 for it).
+PUSH_EPI_STAGES = 8
+#: Measurement-only builds of the push protocol (``bench/bench_gemm_rs.py``'s A/B columns; never a result):
+#: name -> what it changes. ``no_mma`` is a compile-time switch of the kernel (part of the compile key); the
+#: others are the wrapper's (launch arguments, tile configs).
+PUSH_EXPERIMENTS = {
+    "local_push": "every push goes into this rank's own inbox instead of the owner's (the launcher passes the "
+                  "own workspace as every peer's): the same kernel with TMA stores at local speed; flags as "
+                  "usual, the sums read stale inboxes",
+    "no_mma": "no mainloop (no A/B loads, zero accumulators): the pushes, flags and sums alone",
+    "ring4": "the push tile configs with a 4-deep epilogue ring and 4 mainloop stages (the first iteration's)",
+}
+KERNEL_EXPERIMENTS = ("no_mma",)
 
 #: A cross-rank wait that sees no progress for this long executes ``trap`` (a CUDA error, not a hang).
 SPIN_TIMEOUT_S = 60.0
@@ -74,6 +103,7 @@ SPIN_SLEEP_NS = 64
 # Flag area: u32 words in every rank's symmetric workspace (semantics in the kernels' design records).
 EPOCH_WORD = 0  # calls this rank has completed (device-side epoch)
 FINISHED_WORD = 1  # CTAs of the running call that are done
+DEVICE_WORD = 2  # an id of this rank's GPU, written at construction (which ranks share a GPU; host-read only)
 DONE_BASE = 32  # DONE_BASE + p: last epoch in which rank p finished reading (pull: our partials; push: its inbox)
 READY_BASE = 64  # READY_BASE + src * slots + tile: epoch in which src's partial of tile is in place
 if MAX_WORLD_SIZE > READY_BASE - DONE_BASE:
@@ -125,10 +155,21 @@ def normalize_faults(faults, protocol: str | None = None) -> frozenset:
     return names
 
 
-def check_protocol(protocol: str) -> str:
-    """``protocol`` if it names one of :data:`PROTOCOLS`; else ``ValueError``."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}: one of {list(PROTOCOLS)}")
+def check_push_build(order: str, experiment: str = "") -> None:
+    """``ValueError`` unless ``order`` is one of :data:`PUSH_ORDERS` and ``experiment`` is empty or one of
+    :data:`PUSH_EXPERIMENTS`."""
+    if order not in PUSH_ORDERS:
+        raise ValueError(f"unknown push order {order!r}: one of {list(PUSH_ORDERS)}")
+    if experiment and experiment not in PUSH_EXPERIMENTS:
+        raise ValueError(f"unknown push experiment {experiment!r}: one of {list(PUSH_EXPERIMENTS)}")
+
+
+def check_protocol(protocol: str, kernel: bool = False) -> str:
+    """``protocol`` if it names one of :data:`PROTOCOLS` (``kernel``: of :data:`KERNEL_PROTOCOLS`, a kernel's
+    own); else ``ValueError``."""
+    known = KERNEL_PROTOCOLS if kernel else PROTOCOLS
+    if protocol not in known:
+        raise ValueError(f"unknown protocol {protocol!r}: one of {list(known)}")
     return protocol
 
 
@@ -137,21 +178,28 @@ __all__ = [
     "TILE_N_CHOICES",
     "DEFAULT_ARCH",
     "DEFAULT_PROTOCOL",
+    "DEVICE_WORD",
     "DONE_BASE",
     "EPOCH_WORD",
     "FAULT_PROTOCOL",
     "FINISHED_WORD",
     "FUSED_WORLD_SIZES",
+    "KERNEL_EXPERIMENTS",
     "KERNEL_FAULTS",
+    "KERNEL_PROTOCOLS",
     "K_TILE",
     "MAX_WORLD_SIZE",
     "N_ALIGN",
     "PROTOCOLS",
+    "PUSH_EPI_STAGES",
+    "PUSH_EXPERIMENTS",
+    "PUSH_ORDERS",
     "READY_BASE",
     "SMEM_CAPACITY_SM90",
     "SPIN_SLEEP_NS",
     "SPIN_TIMEOUT_S",
     "SUPPORTED_CAPABILITY",
     "check_protocol",
+    "check_push_build",
     "normalize_faults",
 ]

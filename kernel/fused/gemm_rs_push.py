@@ -13,9 +13,31 @@ pull protocol (:mod:`kernel.fused.gemm_rs`) is where partial tiles go and who su
 Why it overlaps. Pull: every rank stores all its partial tiles locally, then (after its last GEMM
 tile) the same SMs load W partials of their shard through peer pointers: time ~ GEMM + transfer.
 Push: a partial tile of a peer's shard is TMA-stored straight into that peer's *inbox* while the GEMM
-goes on (the copy engine moves it over NVLink; the SMs go on to the next tile); the owner's own tiles
-come last, and by then the peers' partials of those rows are (mostly) in its local memory: it adds
-them to its accumulator in the epilogue, reading local HBM. Time ~ max(GEMM, transfer) + one tile.
+goes on (the TMA engine moves it over NVLink; the SMs go on to the next tile); the owner adds the peers'
+partials of its own tiles to its accumulator in their epilogue, reading local memory. Three things make
+the transfer run *under* the GEMM instead of after it (the first GPU run measured push ~ GEMM + transfer
+at N = 7168, K = 2048, e.g. M = 8192: 472 us ~ 315 us torch.mm + 155 us of NVLink):
+
+1. The order interleaves (``interleaved``, :mod:`kernel.fused.push_order`). The first iteration ran every
+   push before any own tile, so all (W-1)/W * M*N*2 bytes had to cross NVLink during the first (W-1)/W of
+   the GEMM: at W = 2 at twice the average rate (M*N*2 B / T_gemm: 310 us of NVLink for 315 us of GEMM at
+   M = 8192, no margin), and the last 1/W of the GEMM moved nothing. Now a lead of one wave of pushes is
+   followed by cycles of W-1 pushes and one own tile: the transfer spreads over the whole GEMM (the
+   average rate), and an own tile comes a wave (G positions) after the pushes of its round.
+2. The epilogue ring holds a whole tile (:data:`kernel.fused.config.PUSH_EPI_STAGES`, 8 sub-tiles of
+   128 x 32): the consumer warps write a pushed tile into shared memory and go on with the next mainloop;
+   a ring sub-tile is reused only a tile later (``wait_group.read``), by when its TMA store has long read
+   it. With the first iteration's 4-deep ring the consumers waited, per pushed tile, for half of it to
+   drain over NVLink. Cost: the mainloop keeps 3 stages of 128x256x64 (4 before).
+3. The ready signal of a pushed tile stays deferred by one mainloop (below): no mainloop waits on a
+   remote completion unless the transfer of a tile takes longer than the next tile's mainloop.
+
+On one GPU shared by the ranks (the ``shared-gpu`` topology: their kernels time-slice it) there is no link
+to overlap, and an interleaved order costs a round of time slices per wave (a rank blocks at its first own
+tile until every peer has run); the wrapper uses ``push_first`` there (every push, then every own tile: the
+first iteration's order) and ``interleaved`` when every rank has its own GPU
+(:meth:`kernel.fused.workspace.SymmetricWorkspace.ranks_share_a_gpu`, the same answer on every rank). The
+order is a compile-time switch (``order``), part of the compile key.
 
 Tiles are shard-local. Each owner o's rows ``[o*S, o*S + n_o)`` (``n_o = clamp(M - o*S, 0, S)``) are
 tiled from their first row: tile (o, j, n) covers shard rows ``[j*BM, j*BM + BM)`` and columns
@@ -26,11 +48,11 @@ rows >= M are zero-filled). There are ``W * ceil(S/BM) * ceil(N/BN)`` tiles; a t
 No tile straddles a shard boundary, so there are no boundary tiles to schedule early (the pull kernel's
 tiles do straddle: up to ``ceil(128 / S) + 1`` owners each).
 
-Tile order (every rank, its own rotation): linear index ``L`` -> step ``L // T`` (``T`` tiles per
-shard), owner ``(r + 1 + step) % W``: peers' shards first, each rank starting with the next rank's,
-so at any time the W ranks push to W different owners; the rank's own shard is the last T indices.
-Inside a shard, the grouped raster of the GEMM. CTA ``b`` takes ``b, b + grid, ...``, so **every CTA
-does all of its push tiles before any of its own tiles**.
+Tile order (:mod:`kernel.fused.push_order`, traced here and enumerated by its CPU tests). Shard tile k of
+owner o in the grouped raster of the GEMM; the push stream visits round k's owners from ``r + 1`` on (at
+any time the W ranks push to W different owners); CTA ``b`` runs the positions of slots ``b, b + G, ...``,
+wave ``w`` turned by ``w`` among the CTAs in the interleaved order (a CTA alternates pushes and own tiles
+even when G is a multiple of W). ``push_first``: position = slot, every push before every own tile.
 
 Inbox. The partial region of each rank's symmetric workspace (``W * S_max`` rows, the same allocation
 as the pull protocol's partials) is W slots of ``S_max`` rows; slot ``src`` of owner o holds
@@ -71,13 +93,21 @@ by the epilogue. Hence bitwise repeatable, bitwise equal to the pull protocol, a
 torch mm + reduce-scatter wherever that sum is exact (exact inputs at any W; all inputs at W = 2).
 
 Deadlock freedom. (1) Production (pushes and their signals) waits on nothing of this call: only on
-``done`` of the previous call, which by induction on epochs completes. (2) Every CTA does all its
-pushes, and flushes their signals, before its first wait of this call (tile order above). (3) A wait
-of owner r is for pushes of peers, which by (1) and (2) happen once those peers' kernels run; it waits
-on no CTA of its own rank. So a rank whose kernel runs late (skew), or ranks whose kernels time-slice
-one GPU (a spinning kernel is pre-empted, the peer's runs), only delay each other. Within a rank no
-CTA ever waits on another CTA (the ``finished`` count is not a wait), so co-residency of the grid is
-not needed either (the grid is ``min(tiles, SMs)``, one CTA per SM, anyway).
+``done`` of the previous call, which by induction on epochs completes; a pushed tile is signalled after
+the CTA's next mainloop, which waits on nothing of another rank either, or when the CTA's tiles end.
+(2) In both orders, own tile k sits at a larger position than every push of round k, on every rank
+(:mod:`kernel.fused.push_order`; the positions are the same function on every rank). (3) Take the
+smallest position at which some CTA of some rank would wait forever. Before it, that CTA has flushed the
+signal of its previous push. It waits for pushes of round k by peers, at smaller positions: each peer
+CTA running them has reached them (its earlier positions are smaller still, so none of them blocks
+forever), issued them and signals them after its next mainloop or at its end -- a contradiction. The
+peer CTA must be running: the grid is ``min(tiles, SMs)`` CTAs of one per SM, all resident when the
+kernel runs, the assumption the pull kernel makes too (another kernel of the same rank holding SMs at
+the same time, e.g. a second fused call on another stream, could break it). So a rank whose kernel runs
+late (skew), or ranks whose kernels time-slice one GPU (a spinning kernel is pre-empted, the peer's
+runs), only delay each other. Within a rank no CTA ever waits on another CTA (the ``finished`` count is
+not a wait). ``push_first`` keeps the first iteration's stronger property: a CTA does all its pushes,
+and flushes their signals, before its first wait.
 
 Never writes outside: ``out`` rows < ``n_r``, columns < N; inbox slot r of each owner o, rows < ``n_o``;
 its own ``epoch``/``finished`` words; ``ready``/``done`` words named above in peers' areas.
@@ -95,13 +125,25 @@ issued, with no ``wait_group 0`` and no proxy fence: the owner can read the slot
 landed. ``wrong_inbox_slot``: a source pushes into slot ``(r+1) % W`` of the owner (the owner reads
 slot r). ``own_partial_skipped``: the owner sums the W-1 inbox partials without its own.
 
-Expected limits (to measure, ``bench/gpu_kernel_check.sh``). Every CTA pushes during the first
-(W-1)/W of its tiles, so NVLink must carry all (W-1)/W * M*N*2 bytes in that part of the GEMM: at W = 2
-twice the average rate of a transfer spread over the whole call. The deferred signal's ``wait_group 0``
-runs in the store warp, a consumer warp: if pushes lag behind the GEMM, the next tile's epilogue waits.
-Signalling two tiles later, or moving the signal to a warp of its own, are the next knobs.
+Measurement-only builds (:data:`kernel.fused.config.PUSH_EXPERIMENTS`; ``bench/bench_gemm_rs.py``'s A/B
+table, never a result: the wrapper names their path ``fused-<name>``): ``no_mma`` (compile-time: no
+mainloop, zero accumulators: the pushes, flags and sums alone), and, in the wrapper, ``local_push`` (the
+launcher passes the rank's own workspace as every peer's inbox: the same kernel, TMA stores at local speed)
+and ``ring4`` (the first iteration's 4-deep ring, 4 mainloop stages).
 
-Measured: not yet (the lead's GPU run, ``bench/gpu_kernel_check.sh``).
+Expected limits. The last ~G/(W-1) own tiles come after the last pushes (nothing is left to interleave
+them with): at large W they wait about one tile's transfer at the end. A pushed tile's stores must be
+complete one mainloop later (the deferred signal's ``wait_group 0``, in a consumer warp): if NVLink
+delivers less than a tile per mainloop per pushing CTA (128x256 tiles at K = 2048 at W = 2: 64 KiB per
+~18 us per CTA, half the CTAs pushing at a time: ~240 GB/s of the ~380 measured), the consumers wait there.
+At small M (one wave) nothing can overlap: an own tile waits for its peers' pushes of the same wave.
+Shard-local tiles re-read B once per shard: at large W and small M (shards of a few rows) the pull
+kernel's M-grid tiles load far less.
+
+Measured: first iteration (push_first, 4-deep ring), 2x H200, W = 2, N = 7168, K = 2048: 26.8 / 46.1 /
+46.3 / 72.2 / 136.5 / 257.0 / 472.2 / 922.6 us at M = 128 .. 16384 (torch mm + NCCL RS: 33.0 / 47.1 /
+63.5 / 101.3 / 169.5 / 347.5 / 628.4 / 1207.9). This iteration: the lead's next GPU run
+(``bench/gpu_kernel_check.sh``).
 """
 
 from __future__ import annotations
@@ -112,9 +154,14 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, Int64
 
-from . import ptx
-from .config import READY_BASE
+from . import ptx, push_order
+from .config import KERNEL_EXPERIMENTS, READY_BASE, check_push_build
 from .rs_protocol import CrossRankGemm
+
+
+def _select(cond, a, b) -> Int32:
+    """``select`` of :mod:`kernel.fused.push_order` for traced ``Int32`` values."""
+    return Int32(cutlass.select_(cond, Int32(a), Int32(b)))
 
 
 class HopperGemmRsPushBF16(CrossRankGemm):
@@ -127,13 +174,17 @@ class HopperGemmRsPushBF16(CrossRankGemm):
 
     protocol = "push"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, order: str = "interleaved", experiment: str = "", **kwargs):
         super().__init__(*args, **kwargs)
+        check_push_build(order, experiment)
+        if experiment and experiment not in KERNEL_EXPERIMENTS:
+            raise ValueError(f"push experiment {experiment!r} is not a kernel build (the wrapper's)")
+        self.order, self.experiment = order, experiment
         # The own tile's sum runs in column chunks: the own pairs of one chunk wait packed in registers
-        # next to the accumulators. ptxas reports (``remarks{ptx}``, 4.8.1) no spill with two chunks up to
-        # W = 8 for 256-, 128- and 64x128 tiles; 224-wide tiles and W = 16 (selp chains over 16 peers) need
-        # four (two spill 20-32 bytes there).
-        self.sum_chunks = 2 if self.world_size <= 8 and self.config.tile_n != 224 else 4
+        # next to the accumulators. ptxas reports (``remarks{ptx}``, 4.8.1) no spill with two chunks at
+        # W = 2 for 256-, 128- and 64x128 tiles; 224-wide tiles, and W >= 4 since the interleaved order's
+        # tile arithmetic (4-8 bytes of spill at W = 4 and 8 with 256-wide tiles) need four.
+        self.sum_chunks = 2 if self.world_size == 2 and self.config.tile_n != 224 else 4
 
     # --- host side --------------------------------------------------------------------------------
     @cute.jit
@@ -198,13 +249,18 @@ class HopperGemmRsPushBF16(CrossRankGemm):
     # --- device side: the tile order --------------------------------------------------------------
     @cute.jit
     def push_tile_coord(self, tile_idx: Int32, schedule):
-        """Linear tile index -> (owner, shard-local m tile, n tile): peers' shards first (from rank + 1
-        on), own shard last; grouped raster inside a shard."""
-        mt_per_shard, rank = schedule[1], schedule[2]
-        per_owner = mt_per_shard * self.num_n_tiles
-        step = tile_idx // per_owner
+        """CTA slot ``tile_idx`` (``bidx + wave * grid``) -> (owner, shard-local m tile, n tile): the
+        position in the build's order (:mod:`kernel.fused.push_order`; ``interleaved``: lead of one wave,
+        waves rotated; ``push_first``: no lead limit, no rotation), then the grouped raster inside a shard."""
+        mt_per_shard, rank, gdim, num_tiles = schedule[1], schedule[2], schedule[5], schedule[6]
+        interleaved = self.order == "interleaved"
+        position = push_order.slot_position(tile_idx, gdim, num_tiles, interleaved, _select)
+        lead = num_tiles
+        if cutlass.const_expr(interleaved):
+            lead = gdim
+        step, k = push_order.tile_at(position, mt_per_shard * self.num_n_tiles, self.world_size, lead, _select)
         owner = (rank + 1 + step) % self.world_size
-        j, n = self.tile_coord(tile_idx - step * per_owner, mt_per_shard)
+        j, n = self.tile_coord(k, mt_per_shard)
         return owner, j, n
 
     @cute.jit
@@ -321,13 +377,16 @@ class HopperGemmRsPushBF16(CrossRankGemm):
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
                           a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))
         num_tiles = self.world_size * mt_per_shard * self.num_n_tiles
-        schedule = (shard, mt_per_shard, rank, tma_atom_a, mA_mk)
+        schedule = (shard, mt_per_shard, rank, tma_atom_a, mA_mk, gdim, num_tiles)
+        no_mma = self.experiment == "no_mma"
         pipeline.pipeline_init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == self.producer_warp_id:
-                self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, schedule)
+                if cutlass.const_expr(not no_mma):
+                    self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles,
+                                 schedule)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup
@@ -345,8 +404,12 @@ class HopperGemmRsPushBF16(CrossRankGemm):
                 owner, j, n = self.push_tile_coord(tile_idx, schedule)
                 slot = j * self.num_n_tiles + n
                 has_rows = j * BM < self.shard_rows(m, shard, owner)
-                release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB, mainloop_pipeline,
-                                                          read_state, release_state, num_k_blocks)
+                if cutlass.const_expr(no_mma):
+                    accumulators.fill(0.0)
+                else:
+                    release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB,
+                                                              mainloop_pipeline, read_state, release_state,
+                                                              num_k_blocks)
                 if warp_idx == self.epi_store_warp_id:
                     # the previous push (issued a mainloop ago) is complete: tell its owner
                     if cutlass.const_expr("early_signal" not in self.faults):

@@ -11,6 +11,8 @@ Layout of each rank's symmetric buffer (bytes; every section 128-byte aligned)::
 * flags    -- u32 words (layout constants in :mod:`kernel.fused.config`; semantics in
   :mod:`kernel.fused.rs_protocol` and the two kernels' design records):
   ``EPOCH_WORD`` (completed calls of this rank), ``FINISHED_WORD`` (CTAs done in the running call),
+  ``DEVICE_WORD`` (an id of this rank's GPU, written at construction, read by the hosts of the group:
+  :meth:`SymmetricWorkspace.ranks_share_a_gpu`),
   ``DONE_BASE + p`` (last epoch in which rank p finished reading: pull, this rank's partials; push, its inbox),
   ``READY_BASE + src * slots + tile`` (epoch in which rank ``src``'s partial of ``tile`` is stored).
 * guard B  -- red zone right after the flags.
@@ -22,10 +24,12 @@ Needs only torch (no CuTe DSL): the layout constants are shared with the kernel.
 
 from __future__ import annotations
 
+import zlib
+
 import torch
 import torch.distributed as dist
 
-from .config import DONE_BASE, EPOCH_WORD, FINISHED_WORD, MAX_WORLD_SIZE, READY_BASE
+from .config import DEVICE_WORD, DONE_BASE, EPOCH_WORD, FINISHED_WORD, MAX_WORLD_SIZE, READY_BASE
 
 GUARD_BYTES = 4096
 ALIGN = 128
@@ -44,6 +48,17 @@ def guard_words(n: int, device, salt: int = 0) -> torch.Tensor:
 def tile_slots(max_M: int, N: int, tiles_mn: list[tuple[int, int]]) -> int:
     """Ready-flag slots per source rank: the most (m_tile, n_tile) tiles any config has at max_M."""
     return max(-(-max_M // tm) * -(-N // tn) for tm, tn in tiles_mn)
+
+
+def device_id(device) -> int:
+    """A 31-bit id of the physical GPU behind ``device`` (from its UUID, else its PCI location): equal for
+    ranks that share a GPU, different (up to a 2^-31 collision) for ranks on different GPUs."""
+    props = torch.cuda.get_device_properties(device)
+    name = str(getattr(props, "uuid", "") or "")
+    if not name:
+        name = "pci:{}:{}:{}".format(*(getattr(props, f, "?") for f in ("pci_domain_id", "pci_bus_id",
+                                                                         "pci_device_id")))
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
 def use_cuda_backend(device) -> None:
@@ -96,6 +111,7 @@ class SymmetricWorkspace:
         self.buf.zero_()
         self.guard_a.copy_(self.guard_a_expected)
         self.guard_b.copy_(self.guard_b_expected)
+        self.flags[DEVICE_WORD] = device_id(device)
         torch.cuda.synchronize(device)  # zeroed flags are in memory before any peer can see the buffer
         self.handle = symm_mem.rendezvous(self.buf, group if group is not None else dist.group.WORLD)
         self.rank = int(self.handle.rank)
@@ -105,12 +121,22 @@ class SymmetricWorkspace:
         if base[self.rank] != self.buf.data_ptr():
             raise RuntimeError("symmetric memory: own peer pointer differs from the local buffer")
 
+    def ranks_share_a_gpu(self) -> bool:
+        """Whether two ranks of the group run on the same GPU (every rank's ``DEVICE_WORD``, read through the
+        peer mappings: the same answer on every rank, no collective)."""
+        ids = set()
+        for p in range(self.layout.world_size):
+            word = self.handle.get_buffer(p, (1,), torch.int32, (self.layout.flags_off // 4) + DEVICE_WORD)
+            ids.add(int(word.item()))
+        return len(ids) < self.layout.world_size
+
     def close(self) -> None:
         self.handle = None
         self.buf = self.partials = self.flags = None
 
 
 __all__ = [
+    "DEVICE_WORD",
     "DONE_BASE",
     "EPOCH_WORD",
     "FINISHED_WORD",
@@ -118,6 +144,7 @@ __all__ = [
     "READY_BASE",
     "SymmetricWorkspace",
     "WorkspaceLayout",
+    "device_id",
     "guard_words",
     "tile_slots",
     "use_cuda_backend",

@@ -2,9 +2,14 @@
 
 W == 1: the fused operation *is* the GEMM (the shard is all M rows) and runs the CuTe DSL Hopper GEMM
 (:mod:`kernel.fused.gemm`). W in (2, 4, 8, 16): a fused GEMM + reduce-scatter kernel of the instance's
-``protocol`` -- ``"pull"`` (:mod:`kernel.fused.gemm_rs`, the default, proven on the GPU) or ``"push"``
-(:mod:`kernel.fused.gemm_rs_push`, communication overlapped with the GEMM; :class:`FusedGemmRsPush`);
-their docstrings are the protocols' design records -- over a symmetric workspace
+``protocol`` -- ``"pull"`` (:mod:`kernel.fused.gemm_rs`, the default, proven on the GPU), ``"push"``
+(:mod:`kernel.fused.gemm_rs_push`, communication overlapped with the GEMM; :class:`FusedGemmRsPush`; its tile
+order is chosen at construction: ``push_first`` where ranks share a GPU, ``interleaved`` otherwise) or
+``"auto"`` (:class:`FusedGemmRsAuto`: per call, the protocol ``kernel/fused/crossover.json`` measured faster
+at that M for this (N, K, W) -- a function of M fixed at construction (:mod:`kernel.fused.protocol_plan`), so
+replays and ranks agree; both kernels share one workspace: the flag words and buffers mean the same to both,
+and each call's ``done`` wait covers what the other protocol's previous call read or wrote) -- their
+docstrings are the protocols' design records -- over a symmetric workspace
 (:mod:`kernel.fused.workspace`) allocated *collectively at construction* -- every rank constructs its
 instances in the same order -- with ``torch.distributed._symmetric_memory`` (works with a gloo group,
 ranks sharing one GPU with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, and with NCCL, one GPU per
@@ -53,12 +58,16 @@ from .config import (
     K_TILE,
     KERNEL_FAULTS,
     N_ALIGN,
+    PUSH_EXPERIMENTS,
+    PUSH_ORDERS,
     READY_BASE,
     SPIN_TIMEOUT_S,
     SUPPORTED_CAPABILITY,
     check_protocol,
+    check_push_build,
     normalize_faults,
 )
+from .protocol_plan import ProtocolPlan
 
 
 def cutlass_available() -> bool:
@@ -153,30 +162,54 @@ class FusedGemmRs(GemmRsImplementation):
         small_m_config=None,
         faults=None,
         protocol=None,
+        push_order=None,
+        experiment="",
+        protocol_by_m=None,
     ):
-        # Checked first: a misspelt fault or protocol must not silently build the real (default) kernel.
+        # Checked first: a misspelt fault, protocol, order or experiment must not silently build the real
+        # (default) kernel.
         self.protocol = check_protocol(type(self).protocol if protocol is None else protocol)
         self._faults = normalize_faults(type(self).faults if faults is None else faults, self.protocol)
+        if self.protocol == "push":
+            check_push_build(push_order or PUSH_ORDERS[0], experiment)
+        elif experiment or (push_order is not None and self.protocol != "auto"):
+            raise ValueError("push_order and experiment are push-protocol options")
+        elif push_order is not None:
+            check_push_build(push_order)
+        self._plan = ProtocolPlan.of(self.protocol, 1, protocol_by_m)  # checked now; completed below
+        self._push_order_request = push_order
+        self.push_order = None  # push, W > 1: the tile order, fixed at construction (see _choose_push_order)
+        self.experiment = experiment
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        if experiment:  # a measurement-only build names its own path: its results are never the kernel's
+            self.main_path = f"fused-{experiment}"
         self.force_fused = bool(force_fused)
         if self.force_fused:
             self.fallback_path = None
         self._config = config
         self._small_m_config = small_m_config
-        self._tile_configs = None
-        self._compiled = None  # one compiled kernel per tile config (self._configs()), every M and rank
+        self._tile_configs = {}  # protocol -> its tile configs (kernel_protocols())
+        self._compiled = None  # protocol -> one compiled kernel per tile config, for every M and rank
         self._workspace = None
         self._slots = 0
         self._fallback = None
         self._config_reason = self._config_ineligibility()
+        by_m = self._plan.table()
+        if self._config_reason is None and self.protocol == "auto" and by_m is None:
+            from .crossover import measured_protocols
+
+            by_m = measured_protocols(self.N, self.K, self.world_size)
+        self._plan = ProtocolPlan.of(self.protocol, self.world_size, by_m)
         if self._config_reason is None:
             from .crossover import measured_min_m
 
-            self.should_run_min_m = measured_min_m(self.N, self.K, self.world_size, self.protocol,
-                                                   default=self.should_run_min_m)
-            self._compile()
+            default = self.should_run_min_m
+            self.should_run_min_m = min(measured_min_m(self.N, self.K, self.world_size, p, default=default)
+                                        for p in self.kernel_protocols())
             if self.world_size > 1:
                 self._allocate_workspace()
+                self._choose_push_order()
+            self._compile()
         elif not self.force_fused:
             self._fallback_impl()  # built now: a later call may be under CUDA-graph capture
 
@@ -224,67 +257,106 @@ class FusedGemmRs(GemmRsImplementation):
         if out is None:  # a fresh result: its padding rows hold zeros (CONTRACT.md, "Result")
             out = torch.zeros(self.shard_rows(M), self.N, dtype=torch.bfloat16, device=self.device)
         self._launch(x, w, out, M)
-        self.last_path = "fused"
+        self.last_path = self.main_path
         return out
 
     def _launch(self, x, w, out, M) -> None:
         import cuda.bindings.driver as cuda
 
-        compiled = self._compiled[self.tile_config_index(M)]
+        compiled = self._compiled[self.call_protocol(M)][self.tile_config_index(M)]
         stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
         if self.world_size == 1:
             compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), M, stream)
             return
         ws = self._workspace
-        compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), ws.partial_ptrs, ws.flag_ptrs, M, self._slots,
+        partial_ptrs = ws.partial_ptrs
+        if self.experiment == "local_push":  # every "peer's" inbox is our own: pushes at local speed
+            partial_ptrs = [ws.partial_ptrs[self.rank]] * self.world_size
+        compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), partial_ptrs, ws.flag_ptrs, M, self._slots,
                         ws.layout.s_max, self.rank, stream)
 
+    def kernel_protocols(self) -> tuple:
+        """The protocols of the kernels this instance compiles (:meth:`ProtocolPlan.kernel_protocols`)."""
+        return self._plan.kernel_protocols()
+
+    def call_protocol(self, M: int) -> str:
+        """The protocol of the kernel a call with M rows runs: a pure function of M and of the plan fixed at
+        construction (:class:`kernel.fused.protocol_plan.ProtocolPlan`), so every rank of a group and every
+        replay of a captured graph runs the same kernel."""
+        return self._plan.for_m(M)
+
     def tile_config_index(self, M: int) -> int:
-        """Index into :meth:`tile_configs` of the config a call with M rows uses: a pure function of M (and
-        construction-time constants), so a graph replay takes the same path and every rank of a group
-        picks the same tiles."""
+        """Index into ``tile_configs(call_protocol(M))`` of the config a call with M rows uses: a pure function
+        of M (and construction-time constants), so a graph replay takes the same path and every rank of a
+        group picks the same tiles."""
         from .tiles import pick_config
 
-        return pick_config(self.tile_configs(), M, self.N, self.world_size, self.protocol)
+        protocol = self.call_protocol(M)
+        return pick_config(self.tile_configs(protocol), M, self.N, self.world_size, protocol)
 
     def uses_small_tiles(self, M: int) -> bool:
         """Whether a call with M rows uses the smallest tiles (the small-M config)."""
-        return self.tile_config_index(M) == len(self.tile_configs()) - 1
+        return self.tile_config_index(M) == len(self.tile_configs(self.call_protocol(M))) - 1
 
-    def tile_configs(self) -> tuple:
-        """The tile configs this instance compiles (largest first; ``config=`` / ``small_m_config=``
-        replace the first and the last). Fixed at the first use: a call only indexes it."""
-        if self._tile_configs is None:
+    def tile_configs(self, protocol: str | None = None) -> tuple:
+        """The tile configs this instance compiles for ``protocol`` (default: its first kernel protocol),
+        largest first; ``config=`` / ``small_m_config=`` replace the first and the last. Fixed at the first
+        use: a call only indexes it."""
+        protocol = protocol or self.kernel_protocols()[0]
+        if protocol not in self._tile_configs:
             from .tiles import kernel_configs
 
             sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
-            configs = list(kernel_configs(self.protocol, sm_count))
+            configs = list(kernel_configs(protocol, sm_count, 4 if self.experiment == "ring4" else None))
             if self._config is not None:
                 configs[0] = self._config
             if self._small_m_config is not None:
                 configs[-1] = self._small_m_config
-            self._tile_configs = tuple(configs)
-        return self._tile_configs
+            self._tile_configs[protocol] = tuple(configs)
+        return self._tile_configs[protocol]
 
-    def _compile(self):
+    def _compile(self) -> dict:
+        """Per kernel protocol, one compiled kernel per tile config. Each protocol's configs are compiled
+        starting at index ``rank % count``: with the host-wide kernel cache the ranks of a group compile
+        different configs at once and load the others (one compile per key and host), instead of queueing
+        on the same key's lock."""
         if self._compiled is None:
             from .compile import get_compiled, get_compiled_rs
 
-            configs = self.tile_configs()
-            if self.world_size == 1:
-                self._compiled = tuple(get_compiled(self.N, self.K, c) for c in configs)
-            else:
-                self._compiled = tuple(
-                    get_compiled_rs(self.N, self.K, c, self.world_size, spin_timeout_s=SPIN_TIMEOUT_S,
-                                    faults=self._faults, protocol=self.protocol)
-                    for c in configs
-                )
+            compiled = {}
+            for protocol in self.kernel_protocols():
+                configs = self.tile_configs(protocol)
+                if self.world_size == 1:
+                    build = lambda c: get_compiled(self.N, self.K, c)  # noqa: E731
+                else:
+                    push = protocol == "push"
+                    build = lambda c, p=protocol, push=push: get_compiled_rs(  # noqa: E731
+                        self.N, self.K, c, self.world_size, spin_timeout_s=SPIN_TIMEOUT_S, faults=self._faults,
+                        protocol=p, order=self.push_order if push else None,
+                        experiment=self.experiment if self.experiment == "no_mma" else "")
+                n = len(configs)
+                start = self.rank % n
+                built = {i % n: build(configs[i % n]) for i in range(start, start + n)}
+                compiled[protocol] = tuple(built[i] for i in range(n))
+            self._compiled = compiled
         return self._compiled
+
+    def _choose_push_order(self) -> None:
+        """Push protocol: the tile order, the same on every rank (each reads every rank's device word):
+        ``push_first`` when two ranks of the group share a GPU (they time-slice it: an interleaved order
+        would make every rank wait for its peers' time slices once per wave), else ``interleaved`` (the
+        transfer overlapped with the whole GEMM). ``push_order=`` forces one."""
+        if "push" not in self.kernel_protocols():
+            return
+        if self._push_order_request is not None:
+            self.push_order = self._push_order_request
+        else:
+            self.push_order = "push_first" if self._workspace.ranks_share_a_gpu() else "interleaved"
 
     def _allocate_workspace(self) -> None:
         from .workspace import SymmetricWorkspace, WorkspaceLayout, tile_slots
 
-        tiles = [(c.tile_m, c.tile_n) for c in self.tile_configs()]
+        tiles = [(c.tile_m, c.tile_n) for p in self.kernel_protocols() for c in self.tile_configs(p)]
         self._slots = tile_slots(self.max_M, self.N, tiles)
         layout = WorkspaceLayout(self.world_size, self.max_M, self.N, self._slots)
         self._workspace = SymmetricWorkspace(layout, self.group, self.device)
@@ -306,21 +378,23 @@ class FusedGemmRs(GemmRsImplementation):
         """Everything in this rank's workspace that only this rank writes (a rejected call leaves it
         bit-identical): the epoch and finished words, the done word this rank signals into its own area,
         and per protocol -- pull: its partials and the ready words it signals into its own area; push: its
-        own inbox slot (nobody writes it: the own partial is summed in registers). The other words and
-        slots of its area are written by *peers* whenever their calls run (a peer may already be in its
-        next call while this rank checks a rejected one), so they are not state this rank's call controls."""
+        own inbox slot (nobody writes it: the own partial is summed in registers); both (``auto``): the own
+        ready words and the own inbox slot (peers push into the other slots). The other words and slots of
+        its area are written by *peers* whenever their calls run (a peer may already be in its next call
+        while this rank checks a rejected one), so they are not state this rank's call controls."""
         ws = self._workspace
         if ws is not None:
-            f, r, slots = ws.flags, self.rank, self._slots
+            f, r, slots, s_max = ws.flags, self.rank, self._slots, ws.layout.s_max
+            protocols = set(self.kernel_protocols())
             state = {
                 "flags: epoch, finished": f[:2],
                 "flags: own done": f[DONE_BASE + r : DONE_BASE + r + 1],
             }
-            if self.protocol == "pull":
-                state["partials"] = ws.partials
+            if "pull" in protocols:
                 state["flags: own ready"] = f[READY_BASE + r * slots : READY_BASE + (r + 1) * slots]
+            if protocols == {"pull"}:
+                state["partials"] = ws.partials
             else:
-                s_max = ws.layout.s_max
                 state["inbox: own slot"] = ws.partials[r * s_max : (r + 1) * s_max]
             return state
         if self._fallback is not None:
@@ -341,11 +415,17 @@ class FusedGemmRs(GemmRsImplementation):
     def describe(self) -> dict:
         d = super().describe()
         d.update(fused_ok=self._config_reason is None, reason=self._config_reason or "", protocol=self.protocol)
+        if self.protocol == "auto":
+            d.update(kernel_protocols=list(self.kernel_protocols()), protocol_by_m=self._plan.table())
+        if self.push_order is not None:
+            d.update(push_order=self.push_order)
+        if self.experiment:
+            d.update(experiment=self.experiment)
         if self._faults:
             d.update(faults=sorted(self._faults))
         if self._compiled is not None:
-            d.update(compile_seconds=[c.seconds for c in self._compiled],
-                     kernel_origin=[c.origin for c in self._compiled])
+            kernels = [c for p in self._compiled for c in self._compiled[p]]
+            d.update(compile_seconds=[c.seconds for c in kernels], kernel_origin=[c.origin for c in kernels])
         return d
 
     def close(self) -> None:
@@ -378,15 +458,31 @@ class FusedGemmRsPush(FusedGemmRs):
         super().__init__(group, force_fused=force_fused, **kwargs)
 
 
+class FusedGemmRsAuto(FusedGemmRs):
+    """The fused implementation choosing the protocol per call (``protocol="auto"``): at each M the one the
+    measured table of :mod:`kernel.fused.crossover` says is faster for this (N, K, W), both kernels over one
+    workspace; the default protocol where nothing was measured. ``--impl kernel.fused:FusedGemmRsAuto``;
+    the fused path is forced, as for :class:`FusedGemmRsPush`."""
+
+    name = "fused-auto"
+    protocol = "auto"
+
+    def __init__(self, group=None, *, force_fused: bool = True, **kwargs):
+        super().__init__(group, force_fused=force_fused, **kwargs)
+
+
 __all__ = [
     "DEFAULT_PROTOCOL",
     "FUSED_WORLD_SIZES",
     "KERNEL_FAULTS",
     "K_TILE",
     "N_ALIGN",
+    "PUSH_EXPERIMENTS",
+    "PUSH_ORDERS",
     "SPIN_TIMEOUT_S",
     "SUPPORTED_CAPABILITY",
     "FusedGemmRs",
+    "FusedGemmRsAuto",
     "FusedGemmRsPush",
     "cutlass_available",
     "normalize_faults",

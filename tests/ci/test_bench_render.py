@@ -45,7 +45,8 @@ def test_plot_is_written(tmp_path):
 
 ROWS_FULL = [
     {"M": 2048, "check": "ok", "fused_s": 150e-6, "push_s": 100e-6, "unfused_s": 190e-6, "asynctp_s": 160e-6,
-     "mm_s": 80e-6, "bound_s": 90e-6, "core_tflops": 700.0, "mm_tflops": 700.0},
+     "mm_s": 80e-6, "bound_s": 90e-6, "core_tflops": 700.0, "mm_tflops": 700.0, "auto_s": 95e-6,
+     "auto_protocol": "push"},
     {"M": 4096, "check": "FAIL"},
 ]
 
@@ -58,6 +59,8 @@ def test_push_async_tp_and_bound_columns():
     assert "1.60x" in line  # push vs async-TP
     assert "1.11x" in line  # push over the physical bound (100 / 90)
     assert "1.00x" in line  # GEMM core vs torch.mm
+    assert "2.00x" in line and "1.68x" in line and "1.06x" in line  # auto vs mm + RS, async-TP, the bound
+    assert line.rstrip().endswith("| push")  # the protocol auto ran at that M
     failed = next(x for x in text.splitlines() if x.strip().startswith("4096"))
     assert "FAIL" in failed and "x" not in failed.split("|", 2)[2]  # a failed check prints no ratio
 
@@ -72,3 +75,39 @@ def test_crossover_entries_from_rows():
     entries = {e["protocol"]: e for e in _bench().crossovers(rows, 7168, 2048, 2, "test", "cmd")}
     assert entries["pull"]["min_m"] == 512 and entries["push"]["min_m"] == 256
     assert all((e["N"], e["K"], e["W"]) == (7168, 2048, 2) for e in entries.values())
+
+
+def test_experiments_table_shows_where_the_push_time_goes():
+    rows = [{"M": 8192, "check": "ok", "push_s": 400e-6, "push_first_s": 470e-6, "ring4_s": 430e-6,
+             "local_push_s": 330e-6, "no_mma_s": 180e-6, "mm_s": 315e-6, "tx_s": 155e-6, "push_tiles": "128x256"},
+            {"M": 128, "check": "FAIL"}]
+    text = _bench().render_experiments(rows)
+    line = next(x for x in text.splitlines() if x.strip().startswith("8192"))
+    for value in ("400.0", "470.0", "430.0", "330.0", "180.0", "315.0", "155.0", "70.0", "128x256"):
+        assert value in line, value  # 70.0: what NVLink costs the push kernel (push - local_push)
+    assert "push_first" in text and "local_push" in text and "no_mma" in text
+    failed = next(x for x in text.splitlines() if x.strip().startswith("128"))
+    assert "n/a" in failed
+
+
+def test_all_tiles_table_marks_the_chosen_config():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gemm", os.path.join(REPO, "bench", "bench_gemm.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from kernel.fused.tiles import kernel_configs
+
+    text = mod.render_all_tiles(kernel_configs("push", 132), [(256, 7168, 2048, 1, [480.0, 520.5, 361.0], 534.0)])
+    line = text.splitlines()[-1]
+    assert "520.5*" in line and "480.0 " in line and "534.0" in line
+    assert "128x224" in text and "64x128" in text
+
+
+def test_protocol_entry_names_the_faster_protocol_per_m():
+    rows = [{"M": 128, "check": "ok", "fused_s": 2.0, "push_s": 1.0, "unfused_s": 3.0},
+            {"M": 256, "check": "ok", "fused_s": 1.0, "push_s": 1.5, "unfused_s": 3.0},
+            {"M": 512, "check": "FAIL"}]
+    e = _bench().protocol_entry(rows, 7168, 2048, 2, "test", "cmd")
+    assert e["by_m"] == {128: "push", 256: "pull"} and (e["N"], e["K"], e["W"]) == (7168, 2048, 2)
+    assert _bench().protocol_entry([{"M": 128, "check": "FAIL"}], 1, 64, 2, "t", "c") is None

@@ -146,3 +146,20 @@ def test_shared_gpu_pools_are_dealt_over_gpu_places_largest_w_first(monkeypatch)
         assert all(len(grp) == 2 and len(set(grp)) == 1 for grp in shared.values())  # one pool, one worker
         assert {grp[0] for grp in shared.values()} == expect
     assert by_gate[("fused", "shared-gpu", 8)] != by_gate[("unfused", "shared-gpu", 8)]  # the two W=8 pools apart
+
+
+def test_gpu_ranks_share_a_host_wide_kernel_cache_by_default(monkeypatch, tmp_path):
+    """The gate's GPU pools compile each kernel once per host (issue 17): a default cache directory for
+    GPU topologies, the user's choice when set, ``none`` off; never on the cpu topology."""
+    from kernel.fused.compile import kernel_cache_dir
+
+    monkeypatch.delenv("GEMM_RS_KERNEL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for topology in ("shared-gpu", "multi-gpu"):
+        assert rank_env(topology)["GEMM_RS_KERNEL_CACHE_DIR"] == str(tmp_path / "gemm-rs" / "kernels")
+    assert "GEMM_RS_KERNEL_CACHE_DIR" not in rank_env("cpu")
+    monkeypatch.setenv("GEMM_RS_KERNEL_CACHE_DIR", "none")
+    assert rank_env("shared-gpu")["GEMM_RS_KERNEL_CACHE_DIR"] == "none"
+    assert kernel_cache_dir() is None
+    monkeypatch.setenv("GEMM_RS_KERNEL_CACHE_DIR", str(tmp_path / "mine"))
+    assert kernel_cache_dir() == str(tmp_path / "mine")

@@ -31,17 +31,21 @@ N, K = 512, 256
 PULL_FAULTS = tuple(f for f in KERNEL_FAULTS if FAULT_PROTOCOL[f][0] == "pull")
 PUSH_FAULTS = tuple(f for f in KERNEL_FAULTS if FAULT_PROTOCOL[f][0] == "push")
 
-# sha256 of the PTX of the default builds for (N=512, K=256, GemmConfig(), sm_90a, spin timeout 60 s),
-# nvidia-cutlass-dsl 4.8.1. The PTX holds no path or timestamp (the same across processes), so no
-# normalisation is needed. If one fails and the toolchain did not change, an edit changed that kernel:
+# sha256 of the PTX of the default builds for (N=512, K=256, the protocol's largest tile config, sm_90a,
+# spin timeout 60 s), nvidia-cutlass-dsl 4.8.1. The PTX holds no path or timestamp (the same across
+# processes), so no normalisation is needed. If one fails and the toolchain did not change, an edit changed that kernel:
 # every fault switch must be a ``cutlass.const_expr`` branch that traces to nothing when off, and a shared
 # helper must not change what it traces. A toolchain upgrade legitimately changes them: re-capture.
 REFERENCE_TOOLCHAIN = "4.8.1"
 # W = 2. Re-captured when the rank became a launch argument (one compile for every rank): the pull kernel's
 # flag words are now addressed from the run-time rank (a selp chain over the W flag pointers, one more
 # kernel parameter); same flag and data instructions (counted by the tests below and by test_fused_rs.py).
+# Push: since issue 16's second iteration the pinned build is the push protocol's own largest config (the
+# deep epilogue ring, kernel/fused/tiles.py) with the interleaved tile order (kernel/fused/push_order.py):
+# new tile-index arithmetic (div/rem by the run-time grid and shard size, selects), the rest unchanged
+# (the flag, proxy-fence, store-complete, inbox-load and TMA-store counts are the tests below).
 REFERENCE_SHA256_PULL_W2 = "8e721cf845ea07d82b255a5a2a6e6d53c315c5bd60fb3a9b77eaceb3f89fd827"
-REFERENCE_SHA256_PUSH_W2 = "8ebcd17877321b61f48864fff9e75a4de0bf93a4cab982d1f5efb2b32c9a6c74"
+REFERENCE_SHA256_PUSH_W2 = "babec59cdc1cd81e0bd35d2d5adaf6d61d3adb8a59a0f52e9abc8824b7f69665"
 # The W == 1 GEMM. Exact hash since its consumer mainloop became the shared ``mma_tile`` helper; the
 # register-normalised hash (virtual register numbers and labels masked) is that of the kernel *before*
 # the helper: the same instructions in the same order -- the helper only changed the order of the
@@ -80,16 +84,22 @@ def builds():
     if not cutlass_available():
         pytest.skip("nvidia-cutlass-dsl is not installed")
     from kernel.fused.compile import get_compiled_rs
-    from kernel.fused.config import GemmConfig
 
     plan = [("pull", 2, ("",) + PULL_FAULTS), ("pull", 4, ("", "dropped_peer", "relaxed_signal")),
             ("push", 2, ("",) + PUSH_FAULTS), ("push", 4, ("", "early_signal"))]
     out = {}
     for protocol, W, faults in plan:
         for f in faults:
-            out[(protocol, W, f)] = get_compiled_rs(N, K, GemmConfig(), W, faults=(f,) if f else (),
+            out[(protocol, W, f)] = get_compiled_rs(N, K, _config(protocol), W, faults=(f,) if f else (),
                                                     protocol=protocol).ptx
     return out
+
+
+def _config(protocol):
+    """The largest tile config the wrapper compiles for ``protocol`` (push: its deep epilogue ring)."""
+    from kernel.fused.tiles import kernel_configs
+
+    return kernel_configs(protocol, 132)[0]
 
 
 def _count(ptx: str, pattern: str) -> int:
@@ -114,12 +124,12 @@ SELECT_32 = r"selp\.b32"
 @pytest.mark.parametrize("protocol", ["pull", "push"])
 def test_default_build_is_byte_identical_to_explicit_no_faults(builds, protocol):
     from kernel.fused.compile import RsCompileKey, _compile_rs, get_compiled_rs
-    from kernel.fused.config import GemmConfig
 
-    default = get_compiled_rs(N, K, GemmConfig(), 2, protocol=protocol)
-    assert get_compiled_rs(N, K, GemmConfig(), 2, 1, faults=(), protocol=protocol) is default  # rank: no key
+    default = get_compiled_rs(N, K, _config(protocol), 2, protocol=protocol)
+    assert get_compiled_rs(N, K, _config(protocol), 2, 1, faults=(), protocol=protocol) is default  # rank: no key
     assert default.key.faults == frozenset()
-    fresh = _compile_rs(RsCompileKey(N, K, GemmConfig(), 2, faults=frozenset(), protocol=protocol))
+    fresh = _compile_rs(RsCompileKey(N, K, _config(protocol), 2, faults=frozenset(), protocol=protocol,
+                                     order="interleaved" if protocol == "push" else ""))
     assert fresh.ptx == default.ptx == builds[(protocol, 2, "")]
 
 
@@ -257,13 +267,71 @@ def test_wrong_inbox_slot_lives_in_the_host_side_launcher():
     """The push descriptors (and so the slot a source writes) are built by the host-side launcher: the
     device code is the same, the host code computes ``(rank + 1) % W`` (one ``srem`` more)."""
     from kernel.fused.compile import RsCompileKey, _compile_rs
-    from kernel.fused.config import GemmConfig
 
-    base = _compile_rs(RsCompileKey(N, K, GemmConfig(), 2, protocol="push"))
-    bad = _compile_rs(RsCompileKey(N, K, GemmConfig(), 2, faults=frozenset({"wrong_inbox_slot"}), protocol="push"))
+    base = _compile_rs(RsCompileKey(N, K, _config("push"), 2, protocol="push", order="interleaved"))
+    bad = _compile_rs(RsCompileKey(N, K, _config("push"), 2, faults=frozenset({"wrong_inbox_slot"}),
+                                   protocol="push", order="interleaved"))
     assert bad.ptx == base.ptx
     host_base, host_bad = str(base.fn.ir_module), str(bad.fn.ir_module)
     assert host_bad.count("llvm.srem") == host_base.count("llvm.srem") + 1
+
+
+# --- push builds: the tile order and the measurement-only experiment -----------------------------------------
+@pytest.fixture(scope="module")
+def push_variants():
+    if not cutlass_available():
+        pytest.skip("nvidia-cutlass-dsl is not installed")
+    from kernel.fused.compile import get_compiled_rs
+
+    return {name: get_compiled_rs(N, K, _config("push"), 2, protocol="push", **kw).ptx
+            for name, kw in {"push_first": {"order": "push_first"}, "no_mma": {"experiment": "no_mma"}}.items()}
+
+
+TMA_STORE = r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta"
+TMA_LOAD = r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global"
+PROTOCOL_OPS = (ST_RELEASE, LD_ACQUIRE, PROXY_FENCE, STORE_COMPLETE, LD_INBOX, TMA_STORE)
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_push_orders_differ_in_the_tile_order_only(builds, push_variants):
+    base, first = builds[("push", 2, "")], push_variants["push_first"]
+    assert first != base
+    for pattern in PROTOCOL_OPS + (r"wgmma\.mma_async", TMA_LOAD):
+        assert _count(first, pattern) == _count(base, pattern), pattern
+    # the interleaved order turns each wave by its index modulo the wave's width: remainders push_first lacks
+    assert _count(base, r"rem\.s32") > _count(first, r"rem\.s32")
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_no_mma_experiment_keeps_the_protocol_without_the_gemm(builds, push_variants):
+    base, bare = builds[("push", 2, "")], push_variants["no_mma"]
+    assert _count(base, r"wgmma\.mma_async") > 0 and _count(base, TMA_LOAD) > 0
+    assert _count(bare, r"wgmma\.mma_async") == 0 and _count(bare, TMA_LOAD) == 0
+    for pattern in PROTOCOL_OPS:
+        assert _count(bare, pattern) == _count(base, pattern), pattern
+
+
+@pytest.mark.kernel
+def test_push_build_options_are_validated():
+    from kernel.fused.compile import get_compiled_rs
+
+    with pytest.raises(ValueError, match="unknown push order"):
+        get_compiled_rs(N, K, None, 2, protocol="push", order="rotated")
+    with pytest.raises(ValueError, match="unknown push experiment"):
+        get_compiled_rs(N, K, None, 2, protocol="push", experiment="fast")
+    with pytest.raises(ValueError, match="not a kernel build"):
+        get_compiled_rs(N, K, None, 2, protocol="push", experiment="local_push")
+    with pytest.raises(ValueError, match="push-protocol"):
+        get_compiled_rs(N, K, None, 2, protocol="pull", order="push_first")
+    with pytest.raises(ValueError, match="push-protocol"):
+        FusedGemmRs(max_M=64, N=64, K=128, device="cpu", experiment="no_mma")
+    with pytest.raises(ValueError, match="unknown push order"):
+        FusedGemmRs(max_M=64, N=64, K=128, device="cpu", protocol="push", push_order="rotated")
+    impl = FusedGemmRs(max_M=64, N=64, K=128, device="cpu", protocol="push", experiment="ring4")
+    assert impl.main_path == "fused-ring4" and impl.describe()["experiment"] == "ring4"
+    impl.close()
 
 
 @pytest.mark.kernel

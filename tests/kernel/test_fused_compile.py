@@ -66,7 +66,12 @@ def ragged_kernel(compile_mod):
 
 @pytest.fixture(scope="module")
 def rs_builds(compile_mod):
-    return {(p, W, tuple(sorted(kw.items()))): compile_mod.get_compiled_rs(*SMALL, _cfg(**kw), W, protocol=p)
+    from kernel.fused.config import PUSH_EPI_STAGES
+
+    def cfg(protocol, kw):  # the push protocol's configs have its deep epilogue ring (kernel/fused/tiles.py)
+        return _cfg(**kw, **({"epi_stages": PUSH_EPI_STAGES} if protocol == "push" else {}))
+
+    return {(p, W, tuple(sorted(kw.items()))): compile_mod.get_compiled_rs(*SMALL, cfg(p, kw), W, protocol=p)
             for p, W, kw in RS_BUILDS}
 
 

@@ -1,7 +1,8 @@
 """The fused GEMM + reduce-scatter: PTX of the kernel (no GPU needed), the workspace layout, the wrapper's
 W > 1 logic, and on a Hopper GPU the multi-rank protocol, through the suite's own harness: a rank pool
-(``torchrun``, fuzz/pool.py) of W ranks on one GPU running cases of the gate's families on ``fused``,
-judged by the gate's properties (fuzz/case.py lists them; the verdict is the case report's status).
+(``torchrun``, fuzz/pool.py) of W ranks on one GPU running cases of the gate's families on ``fused`` and its
+push and auto variants (``tests/kernel/protocol_impls.py``), judged by the gate's properties (fuzz/case.py
+lists them; the verdict is the case report's status).
 
 What the PTX tests pin down (the design record in ``kernel/fused/gemm_rs.py``):
   1. no ``multimem`` instruction, for every supported W;
@@ -201,6 +202,50 @@ def test_protocol_cases_are_valid_cases_of_the_gate():
         assert sum(c.call_kinds().count("exact") for c in cases if c.ms == ALTERNATION) == len(ALTERNATION)
 
 
+#: (implementation, W) of the GPU protocol test: pull (the default ``fused``); push with the interleaved order
+#: forced (its waits under time-slicing) and with the order the wrapper chooses itself there (push_first: the
+#: ranks share a GPU); auto with a table that alternates push and pull calls on one workspace
+#: (tests/kernel/protocol_impls.py).
+PROTOCOL_IMPLS = [
+    ("fused", 2), ("fused", 4), ("fused", 8),
+    ("tests.kernel.protocol_impls:PushInterleaved", 2), ("tests.kernel.protocol_impls:PushInterleaved", 4),
+    ("tests.kernel.protocol_impls:PushChosenOnSharedGpu", 2), ("tests.kernel.protocol_impls:PushChosenOnSharedGpu", 8),
+    ("tests.kernel.protocol_impls:AutoAlternatingOnSharedGpu", 2),
+    ("tests.kernel.protocol_impls:AutoAlternatingOnSharedGpu", 4),
+]
+PROTOCOL_IDS = ["pull-W2", "pull-W4", "pull-W8", "push-interleaved-W2", "push-interleaved-W4", "push-chosen-W2",
+                "push-chosen-W8", "auto-alternating-W2", "auto-alternating-W4"]
+
+
+def test_protocol_impls_are_loadable_and_named():
+    """Runs on CPU: every variant the GPU test names loads, and each forces what its name says (a CPU
+    instance falls back, so the variants' own checks are exercised on the GPU only)."""
+    from kernel.registry import load_implementation
+    from tests.kernel import protocol_impls
+
+    assert len(PROTOCOL_IDS) == len(PROTOCOL_IMPLS) == len(set(PROTOCOL_IDS))
+    for impl, _W in PROTOCOL_IMPLS:
+        cls = load_implementation(impl)
+        assert cls.main_path == "fused"
+    assert set(protocol_impls.ALTERNATING_BY_M.values()) == {"pull", "push"}
+    from kernel.fused.crossover import protocol_for
+
+    chosen = {protocol_for(M, protocol_impls.ALTERNATING_BY_M) for M in ALTERNATION}
+    assert chosen == {"pull", "push"}  # the alternation really runs both kernels
+
+
+def test_protocol_impl_check_fails_on_the_wrong_order():
+    """The variants' construction check raises when the instance took something else."""
+    from tests.kernel.protocol_impls import _require
+
+    class Impl:
+        push_order = "interleaved"
+
+    _require(Impl(), "push_order", "interleaved")
+    with pytest.raises(RuntimeError, match="push_first"):
+        _require(Impl(), "push_order", "push_first")
+
+
 @pytest.mark.gpu
 @pytest.mark.hopper
 @pytest.mark.kernel
@@ -208,9 +253,9 @@ def test_protocol_cases_are_valid_cases_of_the_gate():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
-@pytest.mark.parametrize("W", [2, 4, 8])
-def test_fused_rs_shared_gpu(W):
-    pool = RankPool(PoolSpec(impl="fused", topology="shared-gpu", world_size=W, optimize=sys.flags.optimize))
+@pytest.mark.parametrize("impl,W", PROTOCOL_IMPLS, ids=PROTOCOL_IDS)
+def test_fused_rs_shared_gpu(impl, W):
+    pool = RankPool(PoolSpec(impl=impl, topology="shared-gpu", world_size=W, optimize=sys.flags.optimize))
     try:
         for i, case in enumerate(protocol_cases(W)):
             report = pool.run(case, deadline=600 if i == 0 else 200)  # the first case compiles the kernels

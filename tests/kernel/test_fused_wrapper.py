@@ -23,10 +23,7 @@ import torch
 
 from kernel import (
     CapacityError,
-    DTypeError,
     FusedPathUnavailable,
-    LayoutError,
-    ShapeError,
     load_implementation,
 )
 from kernel.fused import FusedGemmRs, FusedGemmRsPush, cutlass_available
@@ -110,18 +107,8 @@ def test_out_of_range_m_raises_capacity_error(M):
     assert impl.last_path is None
 
 
-def test_bad_calls_raise_typed_errors():
-    impl = _cpu_impl()
-    x, w = _operands(8)
-    with pytest.raises(DTypeError):
-        impl(x.float(), w)
-    with pytest.raises(ShapeError):
-        impl(x[:, :64].contiguous(), w)
-    with pytest.raises(ShapeError):
-        impl(x, w, out=torch.empty(8, 63, dtype=torch.bfloat16))
-    with pytest.raises(LayoutError):
-        impl(torch.zeros(128, 8, dtype=torch.bfloat16).t(), w)
-    assert impl.last_path is None
+# Bad calls: tests/foundation/test_bad_call_table.py runs the one bad-call table (fuzz/bad_calls.py) on
+# this wrapper's checks too.
 
 
 def test_checks_survive_python_O():
@@ -192,9 +179,113 @@ def test_tile_choice_is_a_function_of_m_and_fills_the_sms():
                                                                           (64, 128, 1)]
     assert tile_count(push[0], 2048, 7168, 2, True) == 2 * 8 * 28  # shard by shard
     assert tile_count(push[0], 129, 7168, 16, True) == 16 * 1 * 28  # ... a tile per shard even at S = 9
-    chosen = {M: pick_config(push, M, 7168, 2, "push") for M in (128, 2048, 8192)}
-    assert chosen == {128: 2, 2048: 1, 8192: 0}  # 64-row tiles at small M; 224-wide fill the last wave
+    chosen = {M: pick_config(push, M, 7168, 2, "push") for M in (128, 256, 2048, 8192)}
+    # 64-row tiles when a shard is 64 rows; at M = 256 one wave of 128x224 tiles, not two of 64x128 (measured
+    # 0.68x torch.mm on the first H200 run); 224-wide fill the last wave at 2048; 256-wide at 8192
+    assert chosen == {128: 2, 256: 1, 2048: 1, 8192: 0}
     assert all(pick_config(push, M, 7168, 2, "push") == chosen[M] for M in chosen)  # deterministic
+    assert pick_config(push, 8192, 8192, 2, "push") == 0  # 8192 = 32 x 256: no ragged 224-wide column
+
+
+def test_push_configs_have_the_deep_epilogue_ring_and_fit_in_shared_memory():
+    pytest.importorskip("cutlass")
+    from kernel.fused.config import PUSH_EPI_STAGES, SMEM_CAPACITY_SM90
+    from kernel.fused.gemm import HopperGemmBF16
+    from kernel.fused.tiles import kernel_configs
+
+    for c in kernel_configs("push", 132):
+        assert c.epi_stages == PUSH_EPI_STAGES
+        assert c.epi_stages * c.epi_tile_n >= min(c.tile_n, 256)  # a whole tile (up to 256 wide) fits the ring
+        ab = HopperGemmBF16(512, 256, c).ab_stage  # as many mainloop stages as fit (the constructor checks)
+        stage, ring = (c.tile_m + c.tile_n) * c.tile_k * 2, c.tile_m * c.epi_tile_n * 2 * c.epi_stages
+        assert ab >= 3 and ab * stage + ring + 1024 <= SMEM_CAPACITY_SM90, c
+    assert all(c.epi_stages == 4 for c in kernel_configs("push", 132, epi_stages=4))  # the ring4 experiment
+    assert all(c.epi_stages == 4 for c in kernel_configs("pull", 132))
+
+
+def test_ranks_compile_their_configs_starting_at_different_ones(monkeypatch):
+    """With the host-wide kernel cache, rank r compiles config ``r % count`` first (the ranks of a group
+    compile different keys at once); the compiled tuple keeps the configs' order."""
+    from kernel.fused import compile as compile_mod
+    from kernel.fused.tiles import kernel_configs
+
+    calls = []
+
+    def fake(N, K, config, W, **kw):
+        calls.append((config.tile_m, config.tile_n, kw["protocol"], kw["order"]))
+        return config
+
+    monkeypatch.setattr(compile_mod, "get_compiled_rs", fake)
+    impl = FusedGemmRsPush(max_M=256, N=64, K=128, device="cpu")
+    configs = kernel_configs("push", 132)
+    impl._tile_configs, impl.world_size, impl.push_order = {"push": configs}, 4, "interleaved"
+    for rank in range(4):
+        impl.rank, impl._compiled, calls[:] = rank, None, []
+        assert impl._compile() == {"push": configs}
+        first = configs[rank % 3]
+        assert calls[0] == (first.tile_m, first.tile_n, "push", "interleaved") and len(calls) == 3
+    impl.close()
+
+
+def test_auto_protocol_picks_the_measured_faster_kernel_per_m(tmp_path):
+    """``protocol="auto"``: the protocol of the largest measured M <= M (the smallest measured below them
+    all); only the protocols the table names are compiled; without a table, the default protocol alone."""
+    from kernel.fused import FusedGemmRsAuto
+    from kernel.fused.crossover import faster_protocol_by_m, measured_protocols, protocol_for, write_entries
+
+    by_m = {128: "push", 256: "pull", 1024: "push"}
+    assert [protocol_for(M, by_m) for M in (1, 128, 255, 256, 1023, 1024, 10**6)] == [
+        "push", "push", "push", "pull", "pull", "push", "push"]
+    assert faster_protocol_by_m({128: (2.0, 1.0), 256: (1.0, 1.5), 512: (1.0, 1.0)}) == {
+        128: "push", 256: "pull", 512: "pull"}  # a tie keeps the proven protocol
+    path = str(tmp_path / "crossover.json")
+    write_entries([{"N": 64, "K": 128, "W": 2, "protocol": "push", "min_m": 128}], path,
+                  protocols=[{"N": 64, "K": 128, "W": 2, "by_m": by_m}])
+    assert measured_protocols(64, 128, 2, path) == by_m and measured_protocols(64, 128, 4, path) is None
+    write_entries([], path)  # crossover entries written later keep the protocol entries
+    assert measured_protocols(64, 128, 2, path) == by_m
+
+    from kernel.fused.protocol_plan import ProtocolPlan
+
+    impl = FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu")
+    assert impl.protocol == "auto" and impl.name == "fused-auto" and impl.force_fused
+    assert impl.kernel_protocols() == ("pull",)  # W == 1, nothing measured: the default alone
+    impl.close()
+    assert ProtocolPlan.of("auto", 2).kernel_protocols() == ("pull",)  # nothing measured for this shape
+    assert ProtocolPlan.of("auto", 1, by_m).kernel_protocols() == ("pull",)  # W == 1: the plain GEMM
+    plan = ProtocolPlan.of("auto", 2, by_m)
+    assert plan.kernel_protocols() == ("pull", "push") and plan.table() == by_m
+    assert [plan.for_m(M) for M in (1, 300, 2048)] == ["push", "pull", "push"]
+    only_push = ProtocolPlan.of("auto", 2, {1: "push"})
+    assert only_push.kernel_protocols() == ("push",) and only_push.for_m(5000) == "push"
+    assert ProtocolPlan.of("push", 2).for_m(1) == "push" and ProtocolPlan.of("pull", 8).kernel_protocols() == ("pull",)
+    impl = FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", protocol_by_m={"1": "push", 300: "pull"})
+    assert impl.describe()["protocol_by_m"] == {1: "push", 300: "pull"}  # the table given, as ints
+    assert impl.call_protocol(299) == "pull"  # W == 1 on CPU: the plain GEMM's (default) protocol
+    impl.close()
+    for bad in ({128: "fast"}, {}, {0: "push"}):
+        with pytest.raises(ValueError, match="protocol_by_m"):
+            FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", protocol_by_m=bad)
+    with pytest.raises(ValueError, match="auto protocol's table"):
+        FusedGemmRs(max_M=256, N=64, K=128, device="cpu", protocol_by_m={128: "push"})
+    with pytest.raises(ValueError, match="other protocol"):
+        FusedGemmRsAuto(max_M=256, N=64, K=128, device="cpu", faults=("dropped_peer",))
+
+
+def test_push_order_is_push_first_where_ranks_share_a_gpu():
+    from types import SimpleNamespace
+
+    impl = FusedGemmRsPush(max_M=256, N=64, K=128, device="cpu")
+    for shared, order in ((True, "push_first"), (False, "interleaved")):
+        impl._workspace = SimpleNamespace(ranks_share_a_gpu=lambda shared=shared: shared)
+        impl._choose_push_order()
+        assert impl.push_order == order
+    impl._push_order_request = "interleaved"  # forced
+    impl._workspace = SimpleNamespace(ranks_share_a_gpu=lambda: True)
+    impl._choose_push_order()
+    assert impl.push_order == "interleaved"
+    impl._workspace = None
+    impl.close()
 
 
 def test_crossover_table_roundtrip_and_lookup(tmp_path):
