@@ -50,6 +50,27 @@ byte_boundary (nightly, GPU) max_M = ms[0] with rows * N * 2 bytes crossing 2^31
           (within_tolerance, bitwise_equal; fuzz/families/byte_boundary.py).
 graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
           before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
+graph     (CUDA) deep graphs: one graph per M (ms, plus both sides of the tile switch and of should_run's
+          crossover), replayed in interleaved rounds (>= 3) with inputs changed in place and out poisoned
+          before every replay, an eager call between rounds, one round on another stream: every replay
+          within tolerance of a fresh oracle (graph_replay, graph_replay_exact, graph_replay_padding); the
+          next eager call too.
+instances several live instances (the pool's one of the case's shape, ``shapes``: the case's own), calls
+          interleaved (``order``), then ``recreate``: instances closed and built again at other sizes; every
+          call 1-6, other_instances_untouched (across each call, every other instance's state and red
+          zones), should_run_stable (each instance's should_run answers at birth and at the end).
+dispatch  a layer: ``if op.should_run(x) and op.can_run(w): op(x, w) else reduce_scatter(x @ w.T)``, M
+          from ``ms`` and both sides of should_run's crossover: dispatch_agrees_across_ranks,
+          should_run_stable, the implementation's call within tolerance and dispatch_sides_agree with the
+          torch path; (CUDA) the layer captured per M and replayed (dispatch_graph_replay).
+streams   (CUDA) a call on a non-default stream while another is busy, inputs landing late on it and
+          overwritten, freed and reallocated on it right after the call returns: stream_ordered_result,
+          stream_ordered_exact, stream_ordered_padding, guard_regions_untouched.
+
+Any family may run on a TP layout (``layout``: groups of world ranks, fuzz/layouts.py; fuzz/families/
+groups.py): each group runs the family at once on its own instances and its DP replica's inputs, every
+check with the group rank and size (``extra``: group, replica); a rank outside every group checks
+outside_rank_untouched; then every rank makes one verified call on the world (``world_after_layout``).
 """
 
 from __future__ import annotations
@@ -57,6 +78,8 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
+
+from .layouts import describe as describe_layout
 
 CAPACITY_BADS = ("zero", "over", "huge")  # the bad calls: fuzz.bad_calls.CAPACITY_CALLS
 
@@ -88,6 +111,10 @@ class Case:
     batch_m: int | None = None      # compute: M of the batch-invariance call (None: no such call)
     offset: int = 0                 # x and w: views starting this many elements (a multiple of 8) into a buffer
     byte_limits: list[int] | None = None  # byte_boundary: the offsets checked (None: 2^31 and 2^32)
+    layout: list[list[int]] | None = None  # TP groups (world ranks; fuzz/layouts.py); None: the world
+    shapes: list[list[int]] | None = None  # instances: [N, K, max_M] of each live instance, built in order
+    order: list[int] | None = None     # instances: the instance each call of ms goes to
+    recreate: list[list[int]] | None = None  # instances: [N, K, max_M] each re-created instance gets
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -112,6 +139,12 @@ class Case:
             parts.append(f"bad={self.bad}")
         if self.late_rank is not None:
             parts.append(f"late_rank={self.late_rank}+{self.delay_ms}ms")
+        if self.layout is not None:
+            parts.append(f"layout={describe_layout(self.layout)}")
+        if self.shapes:
+            parts.append("instances=" + "/".join("x".join(map(str, s)) for s in self.shapes))
+        if self.recreate:
+            parts.append("recreate=" + "/".join("x".join(map(str, s)) for s in self.recreate))
         return " ".join(parts)
 
 

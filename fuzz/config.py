@@ -76,8 +76,8 @@ SETTINGS: tuple[Setting, ...] = (
             "(default: the control host, a free port)", "host:port"),
     Setting("gpu_lock_dir", None, "folder of the GPU lease lock files (default: one per host in the temp "
             "dir)", "folder", flag=False),
-    Setting("kernel_cache_dir", None, "host-wide cache of compiled kernels (the gate's GPU rank pools: ~/.cache/gemm-rs/kernels by "
-            "default; a library process: off unless set); none: off", "folder",
+    Setting("kernel_cache_dir", None, "host-wide cache of compiled kernels (the gate's GPU rank pools: "
+            "~/.cache/gemm-rs/kernels by default; a library process: off unless set); none: off", "folder",
             flag=False),
     Setting("byte_boundaries", "0", "run the GPU byte-boundary family (workspace and output crossing 2^31 and "
             "2^32 bytes) outside the nightly profile", "0|1", flag=False),

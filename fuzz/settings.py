@@ -94,9 +94,11 @@ def load() -> None:
 #: the campaign uses them to estimate the time left)
 WEIGHTS = {
     "test_compute": 40,
+    "test_layers": 6,
     "test_capacity": 12,
     "test_bad_call": 15,
     "test_graph_replay": 8,
+    "test_streams": 8,
     "test_capacity_under_python_O": 6,
     "test_byte_boundaries": 2,
 }

@@ -18,6 +18,7 @@ from oracle.inputs import KINDS
 
 from .bad_calls import BAD_CALLS
 from .case import CAPACITY_BADS, Case
+from .layouts import layouts_for
 
 # (N, K) listed: down-projection / attention-output shapes (hidden N, per-rank K slice), scaled to the
 # machine; K a multiple of 64, N including non-multiples of 128. Drawn beside tails and model sizes (shapes()).
@@ -93,6 +94,21 @@ def nearest_supported(supports: Callable[[int, int], Eligibility], N: int, K: in
     return None
 
 
+def ms_near(favoured, world_size: int, max_M: int, *, max_size: int) -> st.SearchStrategy[list[int]]:
+    """1..max_size M values, each one of ``favoured`` (those within max_M) or any valid M."""
+    return st.lists(st.one_of(st.sampled_from([m for m in favoured if m <= max_M]), m_values(world_size, max_M)),
+                    min_size=1, max_size=max_size)
+
+
+def layouts(world_size: int) -> st.SearchStrategy[list[list[int]] | None]:
+    """The world (shrinks to it) or one of the TP layouts of :func:`fuzz.layouts.layouts_for` (TP x DP
+    partitions first; a non-contiguous group with ranks outside it last)."""
+    choices = layouts_for(world_size)
+    if not choices:
+        return st.none()
+    return st.one_of(st.none(), st.sampled_from(choices))
+
+
 @st.composite
 def shapes(draw, topology: str, supports: Callable[[int, int], Eligibility] | None = None,
            unsupported: bool = False) -> tuple[int, int]:
@@ -143,11 +159,77 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     # 100 ms: above any natural jitter of a loaded host, so a skew-dependent bug shows for sure
     delay_ms = draw(st.sampled_from([0, 5, 30, 100])) if late_rank is not None else 0
     seed = draw(st.integers(0, 2**31 - 1))
+    layout = draw(layouts(world_size))
+    if layout is not None and late_rank is not None:
+        late_rank = min(late_rank, min(len(g) for g in layout) - 1)  # a group rank every group has
     # drawn last: the draws above (and so the examples a derandomized run makes of them) stay as they were
     batch_m = draw(m_values(world_size, max_M))
     offset = draw(st.sampled_from(VIEW_OFFSETS))
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds, batch_m=batch_m, offset=offset)
+                kinds=kinds, layout=layout, batch_m=batch_m, offset=offset)
+
+
+#: capacities of the instances family's own instances (several sizes: different workspaces, different
+#: crossovers; small ones keep the CPU cost low)
+INSTANCE_MAX_MS = (257, 1024, 4096)
+
+
+@st.composite
+def instances_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                    supports: Callable[[int, int], Eligibility] | None = None) -> Case:
+    """Several live instances (the pool's one of the case's shape, and 1-2 of the case's own at other
+    (N, K, max_M)), calls interleaved over them, then 0-2 re-created at other sizes."""
+    max_M = max_M or MAX_M[machine(topology)]
+    catalogue = [nk for nk in SHAPES[machine(topology)] if (supports or all_shapes)(*nk)] or SHAPES[machine(topology)]
+    N, K = draw(shapes(topology, supports))
+    others = [list(nk) for nk in catalogue if tuple(nk) != (N, K)]
+    picked = draw(st.lists(st.sampled_from(others), min_size=1, max_size=2, unique_by=tuple))
+    own = [[n, k, draw(st.sampled_from(INSTANCE_MAX_MS))] for n, k in picked]
+    n_calls = draw(st.integers(len(own) + 1, len(own) + 3))
+    ms = draw(st.lists(m_values(world_size, max_M), min_size=n_calls, max_size=n_calls))
+    # every instance called at least once, in an interleaved order (the pool's instance first)
+    order = draw(st.permutations([i % (len(own) + 1) for i in range(n_calls)]))
+    recreate = draw(st.lists(st.sampled_from(catalogue).map(list), max_size=2))
+    recreate = [[n, k, draw(st.sampled_from(INSTANCE_MAX_MS))] for n, k in recreate]
+    kind = draw(st.sampled_from(KINDS))
+    out = draw(st.sampled_from(["guarded", "none"]))
+    return Case("instances", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
+                shapes=own, order=list(order), recreate=recreate or None, layout=draw(layouts(world_size)))
+
+
+#: M values a layer meets around the contract's default should_run threshold (128); the family adds both
+#: sides of the implementation's own crossover on the rank side
+DISPATCH_MS = (1, 64, 127, 128, 129, 255, 256, 1024)
+
+
+def _near_case(draw, family: str, favoured, *, max_size: int, outs: tuple[str, ...], world_size: int,
+               topology: str, max_M: int | None, supports=None) -> Case:
+    """A ``family`` case of 1..max_size M values near ``favoured``, exact or gaussian inputs, on a drawn
+    layout."""
+    max_M = max_M or MAX_M[machine(topology)]
+    N, K = draw(shapes(topology, supports))
+    ms = draw(ms_near(favoured, world_size, max_M, max_size=max_size))
+    kind = draw(st.sampled_from(["exact", "gaussian"]))
+    out = draw(st.sampled_from(outs))
+    return Case(family, draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
+                layout=draw(layouts(world_size)))
+
+
+@st.composite
+def dispatch_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                   supports: Callable[[int, int], Eligibility] | None = None) -> Case:
+    """A layer dispatching on should_run / can_run, M alternating across the threshold."""
+    return _near_case(draw, "dispatch", DISPATCH_MS, max_size=3, outs=("none",), world_size=world_size,
+                      topology=topology, max_M=max_M, supports=supports)
+
+
+@st.composite
+def layer_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                supports: Callable[[int, int], Eligibility] | None = None) -> Case:
+    """Layers as an engine holds them: several live instances interleaved and re-created, or a layer's
+    should_run / can_run dispatch."""
+    family = draw(st.sampled_from(("instances", "dispatch")))
+    return draw(FAMILY_STRATEGIES[family](world_size, topology, max_M, supports=supports))
 
 
 @st.composite
@@ -175,11 +257,27 @@ def bad_call_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
 @st.composite
 def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
                 supports: Callable[[int, int], Eligibility] | None = None) -> Case:
+    """Deep graphs: 1-2 drawn M (the family adds both sides of the tile switch and of should_run's
+    crossover), at least 3 rounds of replays."""
     max_M = max_M or MAX_M[machine(topology)]
     N, K = draw(shapes(topology, supports))
-    m = draw(m_values(world_size, max_M))
+    ms = draw(st.lists(m_values(world_size, max_M), min_size=1, max_size=2, unique=True))
     kind = draw(st.sampled_from(["gaussian", "exact"]))
-    return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, [m], kind, repeat=3)
+    out = draw(st.sampled_from(["guarded", "none"]))
+    return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=3,
+                layout=draw(layouts(world_size)))
+
+
+#: M of stream cases: large enough that the call's kernels outlast the caller's next steps
+STREAM_MS = (1024, 2048, 4097, 8191)
+
+
+@st.composite
+def streams_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
+                  supports: Callable[[int, int], Eligibility] | None = None) -> Case:
+    """Calls on a non-default stream beside a busy one, inputs overwritten and freed right after."""
+    return _near_case(draw, "streams", STREAM_MS, max_size=2, outs=("guarded", "none"), world_size=world_size,
+                      topology=topology, max_M=max_M, supports=supports)
 
 
 #: byte_boundary cases: hidden sizes whose rows make 2^31 / 2^32 bytes at a few hundred thousand rows; K small
@@ -210,5 +308,8 @@ FAMILY_STRATEGIES = {
     "capacity": capacity_cases,
     "bad_call": bad_call_cases,
     "graph": graph_cases,
+    "instances": instances_cases,
+    "dispatch": dispatch_cases,
+    "streams": streams_cases,
     "byte_boundary": byte_boundary_cases,
 }

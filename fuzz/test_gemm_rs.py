@@ -25,6 +25,8 @@ from fuzz.strategies import (
     compute_cases,
     declared_support,
     graph_cases,
+    layer_cases,
+    streams_cases,
 )
 
 pytestmark = pytest.mark.multiproc
@@ -42,9 +44,20 @@ def _supports(pool):
 @settings(max_examples=examples("test_compute"))
 @given(data=st.data())
 def test_compute(pool, data):
-    """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew; on every
-    call the path taken and the result contract (dtype, shape, device, out= or a fresh result)."""
+    """Values (tolerance, exact, non-finite), padding, guards, repeatability, alternation, skew, TP layouts
+    (subgroups, DP replicas, ranks outside the group); on every call the path taken and the result
+    contract (dtype, shape, device, out= or a fresh result)."""
     case = data.draw(compute_cases(*_where(pool), supports=_supports(pool)), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples("test_layers"))
+@given(data=st.data())
+def test_layers(pool, data):
+    """Layers as an engine holds them: several live instances (different N, K, max_M) called interleaved,
+    destroyed and re-created, every instance's state checked; a layer dispatching on should_run / can_run
+    (ranks agree, answers stable, both sides the same shard); on TP layouts too."""
+    case = data.draw(layer_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 
@@ -67,10 +80,23 @@ def test_bad_call(pool, data):
 @settings(max_examples=examples("test_graph_replay"))
 @given(data=st.data())
 def test_graph_replay(pool, data):
-    """CUDA graph captured once, replayed with inputs changed in place and out poisoned before each replay."""
+    """Deep CUDA graphs: several graphs at different M (both sides of the tile switch and of should_run)
+    replayed in interleaved rounds, inputs changed in place and out poisoned before each replay, eager
+    calls between rounds, one round on another stream."""
     if pool.spec.topology == "cpu":
         pytest.skip("CUDA graphs need a GPU topology (cpu topology gates the unfused path on gloo)")
     case = data.draw(graph_cases(*_where(pool), supports=_supports(pool)), label="case")
+    check_case(pool, case)
+
+
+@settings(max_examples=examples("test_streams"))
+@given(data=st.data())
+def test_streams(pool, data):
+    """Calls on a non-default stream while another is busy; inputs overwritten and freed on the caller's
+    stream right after the call returns: the result is that of the inputs at call time."""
+    if pool.spec.topology == "cpu":
+        pytest.skip("CUDA streams need a GPU topology (cpu topology gates the unfused path on gloo)")
+    case = data.draw(streams_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
 
 

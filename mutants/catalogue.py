@@ -577,6 +577,81 @@ class OutOverlappingWAccepted(UnfusedGemmRs):
         return super().validate(x, w, out)
 
 
+# --- groups, instances, dispatch (issue 14) ----------------------------------------------------------------
+
+
+class GlobalRankAsGroupRank(UnfusedGemmRs):
+    """The global rank used where the group rank is meant: ``self.rank = dist.get_rank()`` (the world
+    rank) instead of ``dist.get_rank(group)``. On the world group they coincide; on a TP group that does not
+    start at world rank 0 (DP > 1, or ranks 1 and 3 of 4) the shard offset and the valid-row count are
+    computed for another rank (torch's own reduce-scatter is right; what the wrapper does with it is not)."""
+
+    name = "mutant-global-rank-as-group-rank"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        if dist.is_available() and dist.is_initialized():
+            self.rank = dist.get_rank()
+
+
+class CollectiveOnWorldGroup(UnfusedGemmRs):
+    """A collective on the default (world) group where the TP group is meant: the cross-rank sum is an
+    ``all_reduce`` with no ``group=`` argument, then this rank's rows are taken. On the world group it is
+    right; with several TP groups (DP replicas) every replica's partials are summed into every other's,
+    and with ranks outside the group the collective waits for them (a hang)."""
+
+    name = "mutant-collective-on-world-group"
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        partials = torch.zeros(self.world_size * S, self.N, dtype=torch.bfloat16, device=self.device)
+        torch.mm(x, w.t(), out=partials[:M])
+        if collectives.backend_of(self.group) != "none" and dist.get_world_size() > 1:
+            dist.all_reduce(partials)  # the bug: the default group, not self.group
+        return _finish(self, out, partials[self.rank * S : (self.rank + 1) * S], M)
+
+
+class CapacityAtClassLevel(UnfusedGemmRs):
+    """Per-instance state kept at class level: the capacity lives in a mutable class attribute (a ``plan``
+    dict shared by every instance, the classic mutable-default bug), so the instance built last sets
+    every instance's max_M — a layer built for 8192 tokens then rejects a valid call after a smaller
+    layer was built (and a smaller one accepts calls past its workspace)."""
+
+    name = "mutant-capacity-at-class-level"
+    _plan: dict = {}  # the bug: one dict for every instance
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._plan["max_M"] = self.max_M
+
+    def validate(self, x, w, out):
+        return check_operands(x, w, out, N=self.N, K=self.K, max_M=self._plan["max_M"],
+                              world_size=self.world_size, device=self.device)
+
+
+class ThresholdAtClassLevel(UnfusedGemmRs):
+    """A per-shape should_run crossover (from a tuning table: it pays at fewer rows for a larger N x K)
+    stored on the class instead of the instance: the layer built last sets every layer's threshold, so a
+    layer's dispatch for the same M changes when another layer is built (``type(self).x = ...``)."""
+
+    name = "mutant-threshold-at-class-level"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        type(self).should_run_min_m = max(1, (1 << 20) // (self.N * self.K))  # the bug: type(self), not self
+
+
+class ShouldRunOnLocalRows(UnfusedGemmRs):
+    """should_run decided on the rank's own token count: ``valid_rows(M) * W >= threshold`` (the rows this
+    rank returns, scaled up) instead of M. Where M is not a multiple of W the ranks near the threshold
+    disagree (M = 127, W = 2: rank 0 says yes, rank 1 no), and a layer's ranks run different collectives."""
+
+    name = "mutant-should-run-on-local-rows"
+
+    def should_run(self, x):
+        return self.valid_rows(int(x.shape[0])) * self.world_size >= self.should_run_min_m
+
+
 # --- the matrix --------------------------------------------------------------------------------------------
 
 
@@ -641,6 +716,12 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("KTailNeverLoaded", (2,), ("within_tolerance", "bitwise_equal")),
     MutantSpec("NTailNotReduced", (2,), ("within_tolerance", "bitwise_equal")),
     MutantSpec("StorageOffsetIgnored", (2,), ("within_tolerance", "bitwise_equal")),
+    # dimensions (issue 14): groups, instances, dispatch
+    MutantSpec("GlobalRankAsGroupRank", (2,), ("within_tolerance", "padded_rows_untouched")),
+    MutantSpec("CollectiveOnWorldGroup", (2,), ("within_tolerance", "hang")),
+    MutantSpec("CapacityAtClassLevel", (2,), ("call_raised",)),
+    MutantSpec("ThresholdAtClassLevel", (2,), ("should_run_stable",)),
+    MutantSpec("ShouldRunOnLocalRows", (2,), ("dispatch_agrees_across_ranks",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

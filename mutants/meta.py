@@ -138,12 +138,14 @@ class Outcome:
 
 def targets(only: list[str] | None = None, profile: str = "ci", include_correct: bool = True,
             gpu: bool = False) -> list[Target]:
-    """The matrix rows. ``gpu``: the fault-injected builds of the fused kernel (mutants.kernel_faults)
-    on the shared-gpu topology, against the correct ``fused`` implementation."""
+    """The matrix rows. ``gpu``: the fault-injected builds of the fused kernel (mutants.kernel_faults) and
+    its wrapper-level mutants (mutants.dimension_faults) on the shared-gpu topology, against the correct
+    ``fused`` implementation."""
     if gpu:
-        from .kernel_faults import GPU_CATALOGUE as catalogue
+        from .dimension_faults import WRAPPER_CATALOGUE
+        from .kernel_faults import GPU_CATALOGUE
 
-        correct, topology = "fused", "shared-gpu"
+        catalogue, correct, topology = GPU_CATALOGUE + WRAPPER_CATALOGUE, "fused", "shared-gpu"
     else:
         catalogue, correct, topology = CATALOGUE, CORRECT, "cpu"
     specs = [s for s in catalogue if not only or s.name in only]
@@ -190,7 +192,11 @@ def command(tgts: list[Target], optimize: int) -> list[str]:
 #: which of its tests run first in a kill session (mutants/stop_at_first_failure.py); all of them still run
 #: until one catches it.
 PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "test_bad_call",
-                 "graph_replay": "test_graph_replay"}
+                 "graph_replay": "test_graph_replay", "graph_replay_exact": "test_graph_replay",
+                 "should_run_stable": "test_layers", "dispatch_agrees_across_ranks": "test_layers",
+                 "other_instances_untouched": "test_layers", "dispatch_graph_replay": "test_layers",
+                 "stream_ordered_result": "test_streams", "stream_ordered_exact": "test_streams",
+                 "stream_ordered_padding": "test_streams", "call_raised": "test_layers"}
 
 
 def kill_order(tgts: list[Target]) -> dict[str, list[str]]:

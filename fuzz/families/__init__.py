@@ -20,8 +20,8 @@ from properties import main_path_available, skipped
 from properties.result import CheckResult
 
 from ..case import Case
-from . import bad_call, byte_boundary, capacity, compute, graph, support
-from .calls import CallRaised
+from . import bad_call, byte_boundary, capacity, compute, dispatch, graph, groups, instances, streams, support
+from .calls import raised_by_call
 from .context import RankContext, describe_exception, waiver
 
 #: family name (Case.family) -> runner
@@ -30,6 +30,9 @@ FAMILIES = {
     "capacity": capacity.run,
     "bad_call": bad_call.run,
     "graph": graph.run,
+    "instances": instances.run,
+    "dispatch": dispatch.run,
+    "streams": streams.run,
     "byte_boundary": byte_boundary.run,
 }
 
@@ -38,6 +41,8 @@ NIGHTLY_ONLY = frozenset({"byte_boundary"})
 
 #: out= clauses reported as skipped where the implementation waives out= (the case runs with out=None)
 OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
+#: families whose calls pass out= when the case says so
+OUT_FAMILIES = ("compute", "capacity", "graph", "instances", "streams")
 
 __all__ = ["FAMILIES", "NIGHTLY_ONLY", "RankContext", "describe_exception", "run_case"]
 
@@ -51,10 +56,24 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     * an instance for an undeclared (N, K): ``unsupported_shape_handled`` first (can_run must say no; the
       calls take the fallback, or, with none, one call raises its typed error and the family does not run);
     * the host cannot build the implementation's main path: one failed ``main_path_available`` check;
-    * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there)."""
+    * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there);
+    * ``case.layout``: the family on each TP group of the layout at once, then a world call
+      (:mod:`.groups`)."""
     runner = FAMILIES.get(case.family)
     if runner is None:
         raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES)}")
+    calls = ctx.begin_case()
+    if case.layout is None:
+        checks = run_family(ctx, case, runner)
+    else:
+        checks = groups.run_layout(ctx, case, lambda view: run_family(view, case, runner),
+                                   lambda world: run_family(world, case, groups.world_call))
+    return checks + calls.checks + calls.finish()
+
+
+def run_family(ctx: RankContext, case: Case, runner) -> list[CheckResult]:
+    """``runner(ctx, impl, case)`` on ``ctx``'s group with its long-lived instance of the case's shape, the
+    rules of :func:`run_case` applied."""
     shape = support.declared(ctx.impl_factory, case.N, case.K)
     undeclared = shape is not None and not shape
     try:
@@ -72,32 +91,19 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
         return [available]
     notes = []
     if undeclared:
-        handled, run_family = support.instance_handles(ctx, impl, case, shape.reason)
+        handled, go_on = support.instance_handles(ctx, impl, case, shape.reason)
         notes.append(handled)
-        if not run_family:
+        if not go_on:
             return notes
     reason = waiver(impl, "out_param")
-    if reason and case.out == "guarded" and case.family in ("compute", "capacity", "graph"):
+    if reason and case.out == "guarded" and case.family in OUT_FAMILIES:
         # No out= to check: run the case with out=None and report the out= clauses as skipped.
         case = dataclasses.replace(case, out="none")
         notes += [skipped(name, f"waived by the implementation: {reason}", rank=ctx.rank) for name in OUT_CLAUSES]
-    calls = ctx.begin_case()
     try:
         checks = runner(ctx, impl, case)
     except Exception as exc:
-        if not _raised_by_call(exc):
+        if not raised_by_call(exc):
             raise
         checks = []  # the failed call_raised check is in the ledger
-    return notes + checks + calls.checks + calls.finish()
-
-
-def _raised_by_call(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is (or was raised while handling) a valid call's exception: a CUDA-graph capture
-    that ends after a raising call may raise its own error on top of it."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, CallRaised):
-            return True
-        seen.add(id(exc))
-        exc = exc.__context__
-    return False
+    return notes + checks

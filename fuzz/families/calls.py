@@ -39,6 +39,18 @@ class CallRaised(Exception):
     """A valid call of the implementation raised; recorded as a failed ``call_raised`` check."""
 
 
+def raised_by_call(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or was raised while handling) a valid call's exception: a CUDA-graph capture
+    that ends after a raising call may raise its own error on top of it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, CallRaised):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
+
+
 class CaseCalls:
     """The calls of one case on one rank: their checks and the results the caller holds."""
 
@@ -47,11 +59,15 @@ class CaseCalls:
         self.checks: list[CheckResult] = []
         self._held: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (label, result, copy on return)
 
-    def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True):
+    def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True,
+             rank: int | None = None, world_size: int | None = None):
         """``impl(x, w, out=out)`` with the per-call checks. ``captured``: inside a CUDA-graph capture
         (metadata checks only; nothing held). ``hold``: keep the result for ``earlier_results_unchanged``
-        (False for a throwaway instance's result, which the case does not keep as the caller's)."""
-        r, W = self.rank, self.world_size
+        (False for a throwaway instance's result, which the case does not keep as the caller's).
+        ``rank``, ``world_size``: the group rank and size of the TP group the call runs on (default the
+        ledger's): the harness's own knowledge, never the implementation's idea of its rank."""
+        r = self.rank if rank is None else rank
+        W = self.world_size if world_size is None else world_size
         M = int(x.shape[0])
         S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
         expected, reason = impl.expected_path(x, w)
@@ -78,6 +94,14 @@ class CaseCalls:
         if hold and not captured:
             self._held.append((f"{tag} (M={M})", y, y.detach().clone()))
         return y
+
+    def capture_failed(self, exc: BaseException, *, tag: str, M: int, rank: int | None = None) -> CallRaised:
+        """Record a CUDA-graph capture of valid call ``tag`` that failed when it ended (the implementation's
+        work left the capture unjoined, synchronised, or ran outside it) as a failed ``call_raised``; return
+        the :class:`CallRaised` to raise."""
+        what = f"capturing valid call {tag} (M={M}) in a CUDA graph"
+        self._record(call_raised(exc, rank=self.rank if rank is None else rank, what=what), tag, M)
+        return CallRaised(f"{type(exc).__name__} while {what}")
 
     def finish(self) -> list[CheckResult]:
         """``earlier_results_unchanged`` over every result held (none held: no check), then let them go."""

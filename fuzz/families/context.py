@@ -1,41 +1,155 @@
-"""A rank's long-lived state for running cases: its group, device, implementation instances, inputs
+"""A rank's long-lived state for running cases: its TP group, device, implementation instances, inputs
 rebuilt from a case's seed, synchronisation, and the one door every valid implementation call of a case
-goes through (:meth:`RankContext.call`, see :mod:`fuzz.families.calls`)."""
+goes through (:meth:`RankContext.call`, see :mod:`fuzz.families.calls`).
+
+A :class:`RankContext` is always *on* one TP group: ``rank``, ``world_size`` and ``group`` are the group
+rank, the group size and the process group every call, oracle and check of the context uses. The pool's
+context is on the world (``group`` None); :meth:`RankContext.on_group` gives a view of the same rank on a
+subgroup of a case's layout (:mod:`fuzz.layouts`) — same device, same instance cache, same case ledger,
+inputs drawn for that group's DP replica. Subgroups are created collectively (``dist.new_group``, every
+world rank, the layout's order) once per pool and kept (creating gloo groups costs time)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
 import traceback
+from dataclasses import dataclass, field
 
 import torch
 
 from oracle import make_w, make_x, seeded_shard_truth
 
 from ..case import Case
-from .calls import CaseCalls
+from ..layouts import Layout, check_layout, replica_seed
+from .calls import CaseCalls, raised_by_call
+
+
+@dataclass(frozen=True)
+class TpGroup:
+    """One TP group of a layout as this rank sees it: its world ranks (group rank = position), its index
+    in the layout (the DP replica) and the process group (None: the world)."""
+
+    members: tuple[int, ...]
+    index: int
+    handle: object = None
+
+
+@dataclass
+class _Shared:
+    """What every view of one rank shares: instances, process groups, the running case's ledger."""
+
+    impls: dict = field(default_factory=dict)      # (group members, max_M, N, K) -> instance
+    groups: dict = field(default_factory=dict)     # group members -> process group (every layout's groups)
+    sync_group: object = None                      # the harness's own world-wide gloo group (sync_world)
+    calls: CaseCalls | None = None
 
 
 class RankContext:
-    """Implementation instances are keyed by shape, so cases that follow each other in one pool alternate
-    M on the same instance (as in serving)."""
+    """Implementation instances are keyed by (group, shape), so cases that follow each other in one pool
+    alternate M on the same instance (as in serving)."""
 
     def __init__(self, impl_factory, *, rank: int, world_size: int, device: torch.device, group=None,
                  topology: str = "cpu"):
         self.impl_factory = impl_factory
         self.rank, self.world_size, self.device, self.group = rank, world_size, device, group
         self.topology = topology
-        self._impls: dict[tuple, object] = {}
-        self.calls: CaseCalls | None = None
+        self.world_rank, self.pool_world_size = rank, world_size
+        self.tp = TpGroup(tuple(range(world_size)), 0, group)
+        self._shared = _Shared()  # one per rank: every group view of this rank holds the same
+
+    @property
+    def _impls(self) -> dict[tuple, object]:
+        return self._shared.impls
+
+    @property
+    def calls(self) -> CaseCalls | None:
+        return self._shared.calls
+
+    # groups ---------------------------------------------------------------------------------
+    @property
+    def on_world(self) -> bool:
+        return self.tp.handle is None and len(self.tp.members) == self.pool_world_size
+
+    def create_groups(self, layout: Layout | None) -> None:
+        """The process group of every group of ``layout``, created on first use and kept: every world rank
+        calls ``dist.new_group`` for every group not made yet, in the layout's order (a collective)."""
+        check_layout(layout, self.pool_world_size)
+        import torch.distributed as dist
+
+        groups = self._shared.groups
+        for members in layout or []:
+            if tuple(members) not in groups:
+                groups[tuple(members)] = dist.new_group(list(members))
+
+    def on_group(self, members, index: int) -> RankContext:
+        """This rank as group rank ``members.index(world_rank)`` of the TP group ``members`` (created by
+        :meth:`create_groups`), DP replica ``index``: a view sharing the instance cache and the ledger."""
+        key = tuple(members)
+        if key not in self._shared.groups:
+            raise RuntimeError(f"group {list(key)} was not created (create_groups first)")
+        if self.world_rank not in key:
+            raise RuntimeError(f"world rank {self.world_rank} is not in group {list(key)}")
+        view = copy.copy(self)
+        handle = self._shared.groups[key]
+        view.tp = TpGroup(key, index, handle)
+        view.rank, view.world_size, view.group = key.index(self.world_rank), len(key), handle
+        return view
+
+    def world(self) -> RankContext:
+        """This rank on the whole world (the view every layout case ends with)."""
+        if self.on_world:
+            return self
+        view = copy.copy(self)
+        view.tp = TpGroup(tuple(range(self.pool_world_size)), 0, None)
+        view.rank, view.world_size, view.group = self.world_rank, self.pool_world_size, None
+        return view
+
+    def gather(self, answer) -> dict[int, object]:
+        """group rank -> ``answer`` of every rank of this context's group (one ``all_gather_object``)."""
+        import torch.distributed as dist
+
+        if self.world_size == 1 or not dist.is_initialized():
+            return {self.rank: answer}
+        out: list = [None] * self.world_size
+        dist.all_gather_object(out, answer, group=self.group)
+        return dict(enumerate(out))
+
+    def sync_world(self) -> None:
+        """Every world rank here, on the harness's own gloo group (not the default group an implementation
+        may use: an implementation's stray collective on the world group can never pair with it)."""
+        if self.pool_world_size == 1:
+            return
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return
+        if self._shared.sync_group is None:
+            self._shared.sync_group = dist.new_group(backend="gloo")
+        self.sync()
+        dist.barrier(group=self._shared.sync_group)
 
     # instances ------------------------------------------------------------------------------
     def impl(self, case: Case):
-        key = (case.max_M, case.N, case.K)
+        """This group's long-lived instance of the case's (max_M, N, K)."""
+        max_M, N, K = case.max_M, case.N, case.K
+        key = (self.tp.members, max_M, N, K)
         if key not in self._impls:
-            self._impls[key] = self.fresh_impl(case)
+            self._impls[key] = self.new_impl(max_M, N, K)
         return self._impls[key]
 
     def fresh_impl(self, case: Case):
-        return self.impl_factory(self.group, max_M=case.max_M, N=case.N, K=case.K, device=self.device)
+        return self.new_impl(case.max_M, case.N, case.K)
+
+    def new_impl(self, max_M: int, N: int, K: int):
+        """A new instance on this context's group (construction is collective on the group)."""
+        return self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
+
+    def held_impls(self, *, besides: tuple[int, ...] | None = None) -> dict[str, object]:
+        """label -> every long-lived instance this rank holds, on any group but ``besides`` (members)."""
+        return {f"instance group={list(g)} max_M={m} N={n} K={k}": impl
+                for (g, m, n, k), impl in self._impls.items() if g != besides}
 
     def close(self) -> None:
         for impl in self._impls.values():
@@ -44,39 +158,60 @@ class RankContext:
 
     # the checked call --------------------------------------------------------------------------
     def begin_case(self) -> CaseCalls:
-        """A new ledger of this case's calls (results held, per-call checks)."""
-        self.calls = CaseCalls(self.rank, self.world_size)
-        return self.calls
+        """A new ledger of this case's calls (results held, per-call checks), shared by this rank's group
+        views of the case."""
+        self._shared.calls = CaseCalls(self.rank, self.world_size)
+        return self._shared.calls
 
     def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True):
         """One valid call of ``impl`` through this case's ledger: returns the result (a conforming stand-in
-        if the result broke the result contract) and records the per-call checks. See
-        :meth:`fuzz.families.calls.CaseCalls.call`."""
+        if the result broke the result contract) and records the per-call checks with this context's group
+        rank and size. See :meth:`fuzz.families.calls.CaseCalls.call`."""
         if self.calls is None:
             raise RuntimeError("RankContext.call outside a case (run_case begins one)")
-        return self.calls.call(impl, x, w, out, tag=tag, captured=captured, hold=hold)
+        return self.calls.call(impl, x, w, out, tag=tag, captured=captured, hold=hold, rank=self.rank,
+                               world_size=self.world_size)
+
+    @contextlib.contextmanager
+    def capture(self, graph, *, tag: str, M: int):
+        """``torch.cuda.graph(graph)`` around the implementation's captured call(s) and nothing else of the
+        harness: a capture that fails when it ends is the implementation's failure (a failed
+        ``call_raised``, :class:`~fuzz.families.calls.CallRaised`), not an error of the harness."""
+        try:
+            with torch.cuda.graph(graph):
+                yield
+        except Exception as exc:
+            if raised_by_call(exc):
+                raise
+            raise self.calls.capture_failed(exc, tag=tag, M=M, rank=self.rank) from exc
 
     # inputs ---------------------------------------------------------------------------------
-    def x(self, case: Case, seed: int, M: int, kind: str | None = None) -> torch.Tensor:
-        return offset_view(make_x(seed, self.rank, M, case.K, self.world_size, kind or case.kind), case.offset,
-                           self.device)
+    def input_seed(self, seed: int) -> int:
+        """The seed this group's replica draws inputs with (:func:`fuzz.layouts.replica_seed`)."""
+        return replica_seed(seed, self.tp.index)
 
-    def w(self, case: Case, seed: int, kind: str | None = None) -> torch.Tensor:
-        return offset_view(make_w(seed, self.rank, case.N, case.K, self.world_size, kind or case.kind),
-                           case.offset, self.device)
+    def x(self, case: Case, seed: int, M: int, kind: str | None = None, *, K: int | None = None) -> torch.Tensor:
+        return offset_view(make_x(self.input_seed(seed), self.rank, M, K or case.K, self.world_size,
+                                  kind or case.kind), case.offset, self.device)
 
-    def truth(self, case: Case, seed: int, M: int, kind: str | None = None):
+    def w(self, case: Case, seed: int, kind: str | None = None, *, N: int | None = None,
+          K: int | None = None) -> torch.Tensor:
+        return offset_view(make_w(self.input_seed(seed), self.rank, N or case.N, K or case.K, self.world_size,
+                                  kind or case.kind), case.offset, self.device)
+
+    def truth(self, case: Case, seed: int, M: int, kind: str | None = None, *, N: int | None = None,
+              K: int | None = None):
         dev = self.device if self.device.type == "cuda" else "cpu"
-        return seeded_shard_truth(seed, kind or case.kind, self.rank, M, case.N, case.K, self.world_size,
-                                  device=dev)
+        return seeded_shard_truth(self.input_seed(seed), kind or case.kind, self.rank, M, N or case.N,
+                                  K or case.K, self.world_size, device=dev)
 
     def rounding_model(self, case: Case, seed: int, M: int, kind: str | None = None):
         """What :func:`properties.bias.no_systematic_bias` needs for this rank's shard of a call at M."""
         from properties.bias import seeded_rounding_model
 
         dev = self.device if self.device.type == "cuda" else "cpu"
-        return seeded_rounding_model(seed, kind or case.kind, self.rank, M, case.N, case.K, self.world_size,
-                                     device=dev)
+        return seeded_rounding_model(self.input_seed(seed), kind or case.kind, self.rank, M, case.N, case.K,
+                                     self.world_size, device=dev)
 
     # synchronisation ----------------------------------------------------------------------------
     def sync(self) -> None:
@@ -84,8 +219,8 @@ class RankContext:
             torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
-        """All ranks here (e.g. after a rejected call's before/after comparison, before anyone's next
-        call writes into peers' flag areas)."""
+        """All ranks of this context's group here (e.g. after a rejected call's before/after comparison,
+        before anyone's next call writes into peers' flag areas)."""
         self.sync()
         if torch.distributed.is_initialized() and self.world_size > 1:
             torch.distributed.barrier(group=self.group)

@@ -1,8 +1,20 @@
-"""The graph family (CUDA): an eager warm-up call, then a call captured at ms[0] and replayed ``repeat``
-times with inputs changed in place and out poisoned before every replay — every replay within tolerance
-of a fresh oracle (``graph_replay``), bitwise in exact mode (``graph_replay_exact``), padding rows as the
-contract says (``graph_replay_padding``: untouched with out=, +0.0 for the graph's own fresh result where
-out= is waived); then an eager call after the graph still passes every per-call property."""
+"""The graph family (CUDA; CONTRACT.md, "Behaviour over time: CUDA graphs"): deep graphs, as an engine
+replays them between eager steps. On the case's long-lived instance:
+
+1. graph M values: ``ms`` plus both sides of the kernel's small/large tile switch
+   (``uses_small_tiles(M)``, where the implementation has it) and of ``should_run``'s crossover — found on
+   every rank, the union taken (every rank captures the same graphs), at most ``MAX_GRAPHS``;
+2. per M an eager warm-up call (compile, workspaces: outside any capture), then one graph captured on
+   the default stream with its own x, w and ``out`` (the graph's own output where out= is waived);
+3. ``repeat`` rounds (at least 3); in each, every graph is replayed once, in an order that rotates from
+   round to round (graphs at different M interleaved), each replay with new inputs written in place and
+   ``out`` poisoned first; round 1 replays on another stream than the capture's; after each round one
+   eager verified call at another M on the same instance (eager calls between replays);
+4. every replay: ``graph_replay`` (within tolerance of a fresh oracle), ``graph_replay_exact`` (exact
+   inputs: bitwise), ``graph_replay_padding`` (untouched with out=, +0.0 for the graph's own output);
+   ``extra`` says which graph (``graph_M``) and which replay; then an eager call after the graphs are
+   gone still passes every per-call property (flags and epochs consistent).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +34,39 @@ from properties.result import CheckResult
 
 from ..case import Case
 from .context import RankContext, aligned_if_waived, waiver
+from .crossover import crossover_neighbours, should_run_asker
 from .verified import verified_call
+
+MIN_ROUNDS = 3
+MAX_GRAPHS = 5
+EAGER_SEED_OFFSET = 500
+REPLAY_SEED_STRIDE = 1000
+
+
+class Captured:
+    """One captured call: its M, static inputs, output, and the graph."""
+
+    def __init__(self, ctx: RankContext, impl, case: Case, M: int, index: int, out_waived: bool):
+        self.M, self.index = M, index
+        W, r = ctx.world_size, ctx.rank
+        self.S, self.n_valid, self.row0 = shard_rows(M, W), valid_rows(M, W, r), r * shard_rows(M, W)
+        seed = case.seed + index * REPLAY_SEED_STRIDE
+        self.x, self.w = ctx.x(case, seed, M), ctx.w(case, seed)
+        self.out_waived = out_waived
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compile, workspaces: outside the capture
+            ctx.call(impl, self.x, self.w, self.new_out(ctx, case), tag=f"graph{index}_warmup")
+        torch.cuda.current_stream().wait_stream(side)
+        ctx.sync()
+        self.graph = torch.cuda.CUDAGraph()
+        out = self.new_out(ctx, case)
+        with ctx.capture(self.graph, tag=f"graph{index}_capture", M=M):
+            y = ctx.call(impl, self.x, self.w, out, tag=f"graph{index}_capture", captured=True)
+        self.out = y if out is None else out  # out= waived: the graph's own output, rewritten by every replay
+
+    def new_out(self, ctx: RankContext, case: Case):
+        return None if self.out_waived else sentinel_like((self.S, case.N), device=ctx.device)
 
 
 def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
@@ -32,50 +76,66 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     waived = waiver(impl, "graph_capture")
     if waived:
         return [skipped("graph_replay", f"waived by the implementation: {waived}", rank=r)]
-    M = aligned_if_waived(impl, case.ms[0], W, case.max_M)
     checks: list[CheckResult] = []
-    if M != case.ms[0]:
-        checks.append(skipped("unaligned_m", f"graph at M={M} instead of M={case.ms[0]}: waived by the "
+    ms = graph_ms(ctx, impl, case)
+    if ms[0] != case.ms[0]:
+        checks.append(skipped("unaligned_m", f"graph at M={ms[0]} instead of M={case.ms[0]}: waived by the "
                               f"implementation: {waiver(impl, 'unaligned_m')}", rank=r, per_example=True))
-    out_waived = waiver(impl, "out_param")
-    S, n_valid, row0 = shard_rows(M, W), valid_rows(M, W, r), r * shard_rows(M, W)
-    x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
-
-    def new_out():
-        return None if out_waived else sentinel_like((S, case.N), device=ctx.device)
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ctx.call(impl, x, w, new_out(), tag="graph_warmup")  # compile, workspaces: outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    ctx.sync()
-    graph = torch.cuda.CUDAGraph()
-    out = new_out()
-    with torch.cuda.graph(graph):
-        y = ctx.call(impl, x, w, out, tag="graph_capture", captured=True)
-    if out is None:  # out= waived: the graph's own output (allocated at capture, rewritten by every replay)
-        out = y
-    for i in range(max(1, case.repeat)):
-        seed = case.seed + 1 + i
-        x.copy_(ctx.x(case, seed, M))
-        w.copy_(ctx.w(case, seed))
-        out.copy_(sentinel_like(out.shape, device=ctx.device))
-        before = out.clone()
-        graph.replay()
-        ctx.sync()
-        truth = ctx.truth(case, seed, M)
-        ref = reference_gemm_rs(x, w, ctx.group)
-        if out_waived:
-            padding = fresh_padding_zero(out, n_valid, rank=r, row_offset=row0, name="graph_replay_padding")
-        else:
-            padding = padded_rows_untouched(out, before, n_valid, rank=r, row_offset=row0, name="graph_replay_padding")
-        replay = [within_tolerance(out, truth, rank=r, name="graph_replay"), padding]
-        if case.kind == "exact":
-            replay.append(bitwise_equal(out, ref, n_valid, rank=r, row_offset=row0, name="graph_replay_exact"))
-        for c in replay:
-            c.extra["replay"] = i
-        checks += replay
-    del graph
-    after, _, _ = verified_call(ctx, impl, case, M, case.seed + 99, tag="eager_after_graph", late=False)
+    out_waived = bool(waiver(impl, "out_param"))
+    graphs = [Captured(ctx, impl, case, M, i, out_waived) for i, M in enumerate(ms)]
+    other = torch.cuda.Stream()
+    for rnd in range(max(MIN_ROUNDS, case.repeat)):
+        for k in range(len(graphs)):
+            g = graphs[(rnd + k) % len(graphs)]
+            checks += replay(ctx, case, g, rnd, stream=other if rnd == 1 else None)
+        M_eager = aligned_if_waived(impl, ms[(rnd + 1) % len(ms)], W, case.max_M)
+        eager, _, _ = verified_call(ctx, impl, case, M_eager, case.seed + EAGER_SEED_OFFSET + rnd,
+                                    tag=f"eager_between_replays{rnd}", late=False)
+        checks += eager
+    del graphs
+    after, _, _ = verified_call(ctx, impl, case, ms[0], case.seed + 99, tag="eager_after_graph", late=False)
     return checks + after
+
+
+def graph_ms(ctx: RankContext, impl, case: Case) -> list[int]:
+    """Step 1: the graphs' M values, the same on every rank (first: ms[0], aligned if waived)."""
+    W = ctx.world_size
+    mine = crossover_neighbours(should_run_asker(ctx.device, impl, case), case.max_M)
+    small_tiles = getattr(impl, "uses_small_tiles", None)  # the fused kernel's tile switch (where it runs)
+    if callable(small_tiles) and impl.can_run(ctx.w(case, case.seed)):
+        mine += crossover_neighbours(lambda M: not small_tiles(M), case.max_M)
+    union = sorted({M for answer in ctx.gather(mine).values() for M in answer})
+    wanted = [case.ms[0], *union, *case.ms[1:]]  # the drawn M, both sides of both switches, then the rest
+    ms = list(dict.fromkeys(aligned_if_waived(impl, M, W, case.max_M) for M in wanted))
+    return ms[:MAX_GRAPHS]
+
+
+def replay(ctx: RankContext, case: Case, g: Captured, rnd: int, *, stream=None) -> list[CheckResult]:
+    """New inputs into the graph's x and w, its out poisoned, one replay (on ``stream`` if given), checks."""
+    r = ctx.rank
+    seed = case.seed + g.index * REPLAY_SEED_STRIDE + 1 + rnd
+    g.x.copy_(ctx.x(case, seed, g.M))
+    g.w.copy_(ctx.w(case, seed))
+    g.out.copy_(sentinel_like(g.out.shape, device=ctx.device))
+    before = g.out.clone()
+    if stream is None:
+        g.graph.replay()
+    else:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            g.graph.replay()
+        torch.cuda.current_stream().wait_stream(stream)
+    ctx.sync()
+    truth = ctx.truth(case, seed, g.M)
+    ref = reference_gemm_rs(g.x, g.w, ctx.group)
+    if g.out_waived:
+        padding = fresh_padding_zero(g.out, g.n_valid, rank=r, row_offset=g.row0, name="graph_replay_padding")
+    else:
+        padding = padded_rows_untouched(g.out, before, g.n_valid, rank=r, row_offset=g.row0,
+                                        name="graph_replay_padding")
+    out = [within_tolerance(g.out, truth, rank=r, name="graph_replay"), padding]
+    if case.kind == "exact":
+        out.append(bitwise_equal(g.out, ref, g.n_valid, rank=r, row_offset=g.row0, name="graph_replay_exact"))
+    for c in out:
+        c.extra.update(replay=rnd, graph_M=g.M, M=g.M, on_other_stream=stream is not None)
+    return out

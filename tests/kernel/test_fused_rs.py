@@ -178,6 +178,13 @@ def protocol_cases(W: int) -> list[Case]:
           for r in sorted({0, W - 1})),
         Case("capacity", seed=3, ms=[129], bad="over", **PROTOCOL),
         Case("bad_call", seed=4, ms=[1000], bad="all", **PROTOCOL),
+        # issue 14's dimensions: instances beside this one interleaved and re-created, a layer's dispatch
+        # across the should_run threshold, a call on a side stream with the inputs overwritten right after
+        # (the other instances share the case's N and K: their own workspaces, no compile within the deadline)
+        Case("instances", seed=80, ms=[1000, 129, 7], kind="exact", shapes=[[512, 256, 1024]], order=[0, 1, 0],
+             recreate=[[512, 256, 4096]], **PROTOCOL),
+        Case("dispatch", seed=85, ms=[127, 128, 1000], kind="exact", out="none", **PROTOCOL),
+        Case("streams", seed=87, ms=[4096], kind="exact", **PROTOCOL),
         Case("graph", seed=70, ms=[1000], kind="exact", repeat=4, **PROTOCOL),
         Case("compute", seed=90, ms=[129], kind="exact", **PROTOCOL),  # eager, after the graph's replays
     ]

@@ -225,12 +225,13 @@ def test_kill_matrix_nightly(record_property):
 
 
 def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
+    from mutants.dimension_faults import WRAPPER_CATALOGUE
     from mutants.kernel_faults import GPU_CATALOGUE
     from mutants.meta import command, targets
 
     tgts = targets(gpu=True)
     assert tgts[0].impl == "fused" and tgts[0].must == "pass"
-    assert {t.impl for t in tgts[1:]} == {s.impl for s in GPU_CATALOGUE}
+    assert {t.impl for t in tgts[1:]} == {s.impl for s in GPU_CATALOGUE + WRAPPER_CATALOGUE}
     assert all(t.topology == "shared-gpu" for t in tgts)
     assert all(t.expected for t in tgts[1:])  # the GPU catalogue's words, read as property names
     cmd = command(tgts[1:2], 1)

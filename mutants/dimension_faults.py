@@ -1,0 +1,160 @@
+"""Planted bugs of the fused kernel's *host wrapper* in the dimensions of issue 14 (streams, CUDA graphs,
+process groups): the kernel is the real one, the wrapper around it gets one real bug class each. GPU only
+(a Hopper GPU, the shared-gpu topology); loadable as ``--impl mutants.dimension_faults:NAME`` and run by
+the GPU kill matrix beside the kernel's fault builds::
+
+    python -m mutants.meta --gpu [--optimize 0|1|both] [--only NAME]
+
+Like :mod:`mutants.kernel_faults`, each forces the fused path (``force_fused=True``): a mutant that
+silently fell back to the unfused implementation would survive for the wrong reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernel.fused.wrapper import FusedGemmRs
+
+
+class _WrapperFault(FusedGemmRs):
+    def __init__(self, group=None, *, force_fused: bool = True, **kwargs):
+        super().__init__(group, force_fused=force_fused, **kwargs)
+        self._stream = None
+
+    def _side_stream(self) -> torch.cuda.Stream:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        return self._stream
+
+
+class FusedSideStreamNoWait(_WrapperFault):
+    """The call runs on the wrapper's own stream, which does not wait for the caller's stream: the kernel
+    reads x and w before the caller's stream has written them (an input produced by the previous op, a
+    copy still in flight). The caller's stream does wait for the result."""
+
+    name = "fused-wrapper-side-stream-no-wait"
+
+    def _launch(self, x, w, out, M):
+        side = self._side_stream()  # the bug: no side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            super()._launch(x, w, out, M)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+
+
+class FusedCallerDoesNotWait(_WrapperFault):
+    """A result read before its producing stream finished: the wrapper runs the kernel on its own stream
+    after that stream waited for the caller's, but the caller's stream never waits for it (and x, w, out
+    are not ``record_stream``-ed): the caller reads ``out`` before the kernel wrote it, and its next writes
+    into x and w (or the allocator's reuse of their memory) land while the kernel still reads them."""
+
+    name = "fused-wrapper-caller-does-not-wait"
+
+    def _launch(self, x, w, out, M):
+        side = self._side_stream()
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            super()._launch(x, w, out, M)
+        # the bug: no torch.cuda.current_stream().wait_stream(side)
+
+
+class FusedEpochBakedAtCapture(_WrapperFault):
+    """An epoch baked in at capture: the wrapper keeps the call count on the host and writes it into the
+    device's epoch word before each launch ("the host knows the epoch"). Eagerly it is the value the kernel
+    left there; captured in a CUDA graph, the fill replays the count of the capture, so every replay runs
+    as the same epoch and the previous replay's ready flags satisfy this one's waits: peers' partials are
+    read before they are written."""
+
+    name = "fused-wrapper-epoch-baked-at-capture"
+
+    def __init__(self, group=None, **kwargs):
+        super().__init__(group, **kwargs)
+        self._host_epoch = 0
+
+    def _launch(self, x, w, out, M):
+        if self._workspace is not None:
+            from kernel.fused.config import EPOCH_WORD
+
+            self._workspace.flags[EPOCH_WORD : EPOCH_WORD + 1].fill_(self._host_epoch)  # the bug
+            self._host_epoch += 1
+        super()._launch(x, w, out, M)
+
+
+class FusedGlobalRankAtLaunch(_WrapperFault):
+    """The global rank used where the group rank is meant, at the kernel launch: the wrapper passes
+    ``dist.get_rank()`` (the world rank) as the kernel's rank argument. On the world group they coincide; on
+    a TP group that does not start at world rank 0 the kernel reduces another rank's shard, or indexes
+    peers past the group (W = 4: layouts 2 x 2 and {1, 3})."""
+
+    name = "fused-wrapper-global-rank-at-launch"
+
+    def __init__(self, group=None, **kwargs):
+        super().__init__(group, **kwargs)
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self.rank = dist.get_rank()  # the bug: after the workspace was built on the group rank
+
+
+class FusedWorkspaceSharedAcrossGroups(_WrapperFault):
+    """A symmetric workspace cached by shape, not by group: the first instance of a (max_M, N) allocates and
+    rendezvouses it, every later instance of that shape reuses it, whatever its group (a module-level
+    "workspace pool" keyed without the group). A TP group's instance then signals and reads through the peer
+    pointers and flag area of another group's (or the world's) workspace. Needs TP groups of size >= 2
+    (W = 4: layouts 2 x 2)."""
+
+    name = "fused-wrapper-workspace-shared-across-groups"
+    _shared: dict = {}
+
+    def _allocate_workspace(self):
+        key = (self.max_M, self.N)  # the bug: no group in the key
+        hit = self._shared.get(key)
+        if hit is None:
+            super()._allocate_workspace()
+            self._shared[key] = (self._workspace, self._slots)
+        else:
+            self._workspace, self._slots = hit
+
+    def close(self):
+        self._workspace = None  # shared: other instances still use it
+        super().close()
+
+
+@dataclass(frozen=True)
+class WrapperMutantSpec:
+    """One row of the GPU kill matrix for a wrapper-level mutant (same fields :mod:`mutants.meta` reads of
+    a :class:`mutants.kernel_faults.GpuMutantSpec`)."""
+
+    name: str
+    bug_class: str
+    expected: tuple[str, ...]
+    world_sizes: tuple[int, ...] = (2,)
+
+    @property
+    def impl(self) -> str:
+        return f"mutants.dimension_faults:{self.name}"
+
+
+WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
+    WrapperMutantSpec("FusedSideStreamNoWait", "kernel on an own stream that does not wait for the caller's",
+                      ("stream_ordered_result", "stream_ordered_exact", "call_raised")),
+    WrapperMutantSpec("FusedCallerDoesNotWait", "a result read before its producing stream finished",
+                      ("stream_ordered_result", "stream_ordered_exact", "stream_ordered_padding",
+                       "call_raised")),
+    WrapperMutantSpec("FusedEpochBakedAtCapture", "an epoch baked in at capture (host call count)",
+                      ("graph_replay", "graph_replay_exact", "dispatch_graph_replay")),
+    WrapperMutantSpec("FusedGlobalRankAtLaunch", "the global rank used where the group rank is meant",
+                      ("within_tolerance", "bitwise_equal", "padded_rows_untouched", "call_raised", "died",
+                       "hang"), (4,)),
+    WrapperMutantSpec("FusedWorkspaceSharedAcrossGroups", "a flag/signal area shared between TP groups",
+                      ("other_groups_untouched", "within_tolerance", "bitwise_equal", "outside_rank_untouched",
+                       "hang"), (4,)),
+)
+
+
+def spec(name: str) -> WrapperMutantSpec:
+    for s in WRAPPER_CATALOGUE:
+        if s.name == name:
+            return s
+    raise KeyError(f"no wrapper mutant {name!r}; one of {[s.name for s in WRAPPER_CATALOGUE]}")

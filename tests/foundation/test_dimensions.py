@@ -1,0 +1,229 @@
+"""Issue 14's dimensions: TP layouts, several instances, dispatch. Each new property is fed a wrong input
+and fails; the families pass the correct implementation and fail the planted bugs named for them (in
+process at W = 1; on gloo ranks for the layouts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fuzz.case import Case
+from fuzz.families import RankContext, run_case
+from fuzz.families.crossover import crossover_neighbours
+from fuzz.layouts import check_layout, layouts_for, outside_ranks, placement, replica_seed
+from kernel.unfused import UnfusedGemmRs
+from mutants import catalogue
+from properties.dispatch import dispatch_agrees_across_ranks, dispatch_sides_agree, should_run_stable
+from properties.state import snapshot, state_unchanged
+
+CPU = torch.device("cpu")
+
+
+def _run(impl_factory, case: Case):
+    ctx = RankContext(impl_factory, rank=0, world_size=1, device=CPU)
+    try:
+        return run_case(ctx, case)
+    finally:
+        ctx.close()
+
+
+def _failed(checks, name=None):
+    return [c for c in checks if not c.passed and not c.skipped and (name is None or c.name == name)]
+
+
+# --- layouts ------------------------------------------------------------------------------------------------
+
+def test_layouts_are_valid_and_cover_the_issue_s_shapes():
+    for W in range(1, 9):
+        for layout in layouts_for(W):
+            check_layout(layout, W)
+    assert layouts_for(1) == []
+    assert [[0], [1]] in layouts_for(2) and [[1]] in layouts_for(2)  # 2 x 1; rank 1 of 2, rank 0 outside
+    assert [[0, 1], [2, 3]] in layouts_for(4) and [[1, 3]] in layouts_for(4)  # 2 x 2; ranks 1 and 3 of 4
+    assert [[0, 1, 2, 3], [4, 5, 6, 7]] in layouts_for(8) and [[0, 1], [2, 3], [4, 5], [6, 7]] in layouts_for(8)
+    assert outside_ranks([[1, 3]], 4) == [0, 2] and outside_ranks(None, 4) == []
+    assert placement([[0, 2], [1, 3]], 3, 4) == (1, [1, 3]) and placement([[1, 3]], 2, 4) is None
+    assert placement(None, 2, 4) == (0, [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("layout", [[], [[]], [[1, 0]], [[0, 0]], [[0, 4]], [[0, 1], [1, 2]], [[-1]], "0,1"])
+def test_check_layout_rejects_malformed_layouts(layout):
+    with pytest.raises(ValueError):
+        check_layout(layout, 4)
+
+
+def test_replicas_draw_different_inputs_and_replica_0_draws_the_case_s():
+    assert replica_seed(123, 0) == 123
+    assert len({replica_seed(123, i) for i in range(8)}) == 8
+
+
+def test_a_layout_case_round_trips_through_json():
+    case = Case("compute", 1, 64, 64, 512, [3], layout=[[1, 3]])
+    assert Case.from_json(case.to_json()) == case
+    assert "layout={1,3}" in case.short()
+
+
+# --- the new properties, fed right and wrong inputs ---------------------------------------------------------
+
+def test_state_unchanged_fails_on_a_changed_or_missing_tensor():
+    impl = UnfusedGemmRs(None, max_M=64, N=64, K=64)
+    before = snapshot({"a": impl})
+    assert {"a: workspace", "a: shard", "a: guard 'after workspace'"} <= set(before)
+    assert state_unchanged(before, snapshot({"a": impl}), during="nothing", name="t").passed
+    impl.state_tensors()["shard"].view(torch.int16)[3, 5] ^= 1  # one bit (the buffer is uninitialised)
+    res = state_unchanged(before, snapshot({"a": impl}), during="a peer's call", name="t")
+    assert not res.passed and res.extra["changed"] == ["a: shard"] and "a peer's call" in res.detail
+    impl._guard.view(torch.int16)[0] ^= 1  # a red-zone word
+    assert "a: guard 'after workspace'" in state_unchanged(before, snapshot({"a": impl}), during="x",
+                                                           name="t").extra["changed"]
+    assert not state_unchanged(before, {}, during="close", name="t").passed  # state gone counts as changed
+
+
+def test_dispatch_agrees_across_ranks_fails_when_one_rank_differs():
+    assert dispatch_agrees_across_ranks({0: (True, True), 1: (True, True)}, what="M=3").passed
+    res = dispatch_agrees_across_ranks({0: (True, True), 1: (False, True)}, what="M=127")
+    assert not res.passed and "rank 1: (False, True)" in res.detail
+
+
+def test_should_run_stable_fails_when_an_answer_moves():
+    assert should_run_stable({1: False, 128: True}, {1: False, 128: True}, what="i").passed
+    res = should_run_stable({1: False, 128: True}, {1: False, 128: False}, what="instance 0")
+    assert not res.passed and "M=128: True then False" in res.detail
+    assert not should_run_stable({5: True}, {}, what="i").passed  # an answer not given again
+
+
+def test_dispatch_sides_agree_compares_shape_padding_and_exact_bits():
+    S, N, n_valid = 4, 8, 3
+    ref = torch.zeros(S, N, dtype=torch.bfloat16)
+    ref[:n_valid] = torch.arange(n_valid * N, dtype=torch.bfloat16).view(n_valid, N)
+    assert dispatch_sides_agree(ref.clone(), ref, n_valid, exact=True).passed
+    assert not dispatch_sides_agree(ref[:3].clone(), ref, n_valid, exact=True).passed  # shape
+    pad = ref.clone()
+    pad[3, 0] = -0.0
+    assert not dispatch_sides_agree(pad, ref, n_valid, exact=False).passed  # padding bits
+    val = ref.clone()
+    val[1, 2] += 1
+    assert not dispatch_sides_agree(val, ref, n_valid, exact=True).passed  # exact values
+    # non-exact inputs: values are within_tolerance's to judge (each side against the truth), not this check's
+    assert dispatch_sides_agree(val, ref, n_valid, exact=False).passed
+
+
+def test_crossover_neighbours_finds_both_sides_of_the_switch():
+    assert crossover_neighbours(lambda M: M >= 128, 8192) == [127, 128]
+    assert crossover_neighbours(lambda M: True, 100) == [1]
+    assert crossover_neighbours(lambda M: False, 100) == []
+
+
+# --- the families in process (W = 1) -------------------------------------------------------------------------
+
+INSTANCES = Case("instances", 5, 64, 64, 8192, [300, 5, 129, 1000], "exact",
+                 shapes=[[128, 128, 1024], [224, 256, 257]], order=[1, 0, 2, 0], recreate=[[192, 64, 4096]])
+DISPATCH = Case("dispatch", 6, 64, 64, 8192, [127, 128, 127], "exact", out="none")
+
+
+def test_the_correct_implementation_passes_instances_and_dispatch():
+    for case in (INSTANCES, DISPATCH):
+        checks = _run(UnfusedGemmRs, case)
+        assert not _failed(checks), [c.render() for c in _failed(checks)]
+    names = {c.name for c in _run(UnfusedGemmRs, INSTANCES)}
+    assert {"other_instances_untouched", "should_run_stable", "bitwise_equal", "path_taken"} <= names
+    names = {c.name for c in _run(UnfusedGemmRs, DISPATCH)}
+    assert {"dispatch_agrees_across_ranks", "should_run_stable", "dispatch_sides_agree", "path_taken"} <= names
+
+
+def test_class_level_threshold_fails_should_run_stable():
+    try:
+        assert _failed(_run(catalogue.ThresholdAtClassLevel, INSTANCES), "should_run_stable")
+    finally:
+        catalogue.ThresholdAtClassLevel.should_run_min_m = UnfusedGemmRs.should_run_min_m
+
+
+def test_class_level_capacity_fails_a_valid_call():
+    catalogue.CapacityAtClassLevel._plan.clear()
+    assert _failed(_run(catalogue.CapacityAtClassLevel, INSTANCES), "call_raised")
+
+
+class _SharedAcrossInstances(UnfusedGemmRs):
+    """A call that writes into every other instance's workspace (one flag area for all instances)."""
+
+    live: list = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.live.append(self)
+
+    def _run(self, x, w, out, M):
+        for other in self.live:
+            if other is not self:
+                other._ws[0, 0] = float(M)
+        return super()._run(x, w, out, M)
+
+
+def test_a_call_that_writes_another_instance_s_state_fails_other_instances_untouched():
+    assert _failed(_run(_SharedAcrossInstances, INSTANCES), "other_instances_untouched")
+
+
+class _ShouldRunFromCallCount(UnfusedGemmRs):
+    """should_run that changes with time (an autotuner that lowers its threshold after two warm-up calls):
+    not a function of M alone."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def should_run(self, x):
+        return x.shape[0] >= (128 if self.calls < 2 else 1)
+
+    def _run(self, x, w, out, M):
+        self.calls += 1
+        return super()._run(x, w, out, M)
+
+
+def test_a_should_run_that_moves_fails_in_the_dispatch_family():
+    assert _failed(_run(_ShouldRunFromCallCount, DISPATCH), "should_run_stable")
+
+
+def test_a_wrong_result_fails_dispatch_sides_agree():
+    assert _failed(_run(catalogue.OutputScaledSlightly, DISPATCH), "dispatch_sides_agree")
+
+
+def test_streams_and_graphs_are_skipped_on_the_cpu_with_the_reason():
+    for family, name in (("streams", "stream_ordered_result"), ("graph", "graph_replay")):
+        checks = _run(UnfusedGemmRs, Case(family, 1, 64, 64, 512, [3]))
+        assert [c.name for c in checks] == [name] and checks[0].skipped and "no CUDA" in checks[0].detail
+
+
+# --- layouts on gloo ranks -----------------------------------------------------------------------------------
+
+def _case(layout, **kw) -> str:
+    return Case("compute", 11, 64, 64, 512, [5, 130], "exact", layout=layout, **kw).to_json()
+
+
+@pytest.mark.multiproc
+def test_layouts_on_two_ranks(dist_helpers):
+    """W = 2: the correct implementation passes on 2 x 1 and on rank 1 alone (rank 0 outside, checked);
+    the global rank where the group rank is meant fails, so does the collective on the world group; state
+    that changes while the groups run fails on the outside rank and on the group's rank (its world
+    instance)."""
+    runs = [
+        ["unfused", _case([[0], [1]])],
+        ["unfused", _case([[1]])],
+        ["mutants.catalogue:GlobalRankAsGroupRank", _case([[0], [1]])],
+        ["mutants.catalogue:CollectiveOnWorldGroup", _case([[0], [1]])],
+        ["StateWrittenFromOutside", _case([[1]])],
+    ]
+    worker = Path(__file__).resolve().parent / "_dims_workers.py"
+    verdicts = dist_helpers.run_ranks(worker, "layout_cases", 2, {"runs": runs}, timeout=180)
+    info = {v["rank"]: v["info"]["runs"] for v in verdicts}
+    for rank in (0, 1):
+        ok_partition, ok_outside = info[rank][0], info[rank][1]
+        assert ok_partition["failed"] == [] and ok_outside["failed"] == [], json.dumps(info)
+        assert ok_partition["groups"] == [[[rank], 0]]  # every group check with its group and group rank 0
+    assert "outside_rank_untouched" in info[0][1]["passed"] and info[1][1]["groups"] == [[[1], 0]]
+    assert "other_groups_untouched" in info[1][1]["passed"]  # rank 1 runs in the group: its world instance
+    assert "within_tolerance" in info[1][2]["failed"]  # rank 1: group rank 0, world rank 1
+    assert "within_tolerance" in info[0][3]["failed"] and "within_tolerance" in info[1][3]["failed"]
+    assert info[0][4]["failed"] == ["outside_rank_untouched"] and info[1][4]["failed"] == ["other_groups_untouched"]
