@@ -83,7 +83,8 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
         return checks
     dev = ctx.device if ctx.device.type == "cuda" else "cpu"
     for lo, hi in boundary_windows(limits(case), case.N, W, M, r):
-        truth = seeded_rows_truth(case.seed, case.kind, (r0 + lo, r0 + hi), M, case.N, case.K, W, device=dev)
+        truth = seeded_rows_truth(ctx.input_seed(case.seed), case.kind, (r0 + lo, r0 + hi), M, case.N, case.K, W,
+                                  device=dev)
         got = y[lo:hi]
         window = [within_tolerance(got, truth, rank=r)]
         if case.kind == "exact":

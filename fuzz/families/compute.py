@@ -97,7 +97,7 @@ def batch_invariance(ctx: RankContext, impl, case: Case, y_a, w, M_a: int, seed:
     if reason and kind != "exact":
         res = skipped(name, f"waived by the implementation: {reason}", rank=r)
     else:
-        inv = invariance_inputs(seed, r, M_a, M_b, case.N, case.K, W, kind)
+        inv = invariance_inputs(ctx.input_seed(seed), r, M_a, M_b, case.N, case.K, W, kind)  # the replica's tokens
         out = sentinel_like((shard_rows(M_b, W), case.N), device=ctx.device) if case.out == "guarded" else None
         y_b = ctx.call(impl, inv.x_b.to(ctx.device), w, out, tag="batch")
         ctx.sync()
