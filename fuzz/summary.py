@@ -124,7 +124,22 @@ def confirmed_failures(cases: list[dict]) -> list[dict]:
             last[(row["test"], json.dumps(row["case"], sort_keys=True), row["impl"], row["topology"],
                   row["world_size"])] = row
     return [{"status": r["status"], "reproducibility": r.get("reproducibility"), "rerun_status": r.get("rerun_status"),
-             "test": r["test"], "case": r["case"], "repro": r["repro"], "note": r["note"]} for r in last.values()]
+             "test": r["test"], "case": r["case"], "repro": r["repro"], "note": r["note"], "why": failure_reason(r)}
+            for r in last.values()]
+
+
+def failure_reason(row: dict, limit: int = 400) -> str:
+    """What failed, in one line: the first failed check's name and detail (rank), else the case's note
+    (a hang, a death, a harness error)."""
+    for c in row.get("checks", []):
+        if c.get("passed") is False and not c.get("skipped"):
+            rank = f" (rank {c['rank']})" if c.get("rank") is not None else ""
+            text = f"{c.get('name')}{rank}: {c.get('detail') or ''}"
+            break
+    else:
+        text = (row.get("note") or "").strip()
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_cases(out_dir: str) -> list[dict]:
@@ -287,6 +302,8 @@ def render_markdown(s: dict) -> str:
         for f in s["failures"][:50]:
             label = f" ({f['reproducibility']}, re-run {f['rerun_status']})" if f.get("reproducibility") else ""
             lines.append(f"- {f['status']}{label} in {f['test']}: `{f['repro']}`")
+            if f.get("why"):
+                lines.append(f"  - why: {f['why']}")
     if s.get("coverage_plot"):
         lines += ["", f"![coverage]({s['coverage_plot']})"]
     lines.append("")

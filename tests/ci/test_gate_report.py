@@ -252,3 +252,20 @@ def test_a_waived_m_redraws_the_example_instead_of_skipping_the_test(tmp_path):
     junit = (out / "junit.xml").read_text()
     assert 'name="test_compute[mutants.catalogue:UnalignedMRejected-cpu-W2]"' in junit
     assert "every check was skipped" not in junit  # no test was skipped for one waived example
+
+
+def test_each_failure_says_why_in_one_line(tmp_path):
+    """The summary names what failed (issue 13: FAIL "with the reason"): the first failed check with its
+    rank and detail; a case without a failed check (a hang) gives its note; skipped checks never count."""
+    unbuildable = [{"name": "no_systematic_bias", "passed": False, "skipped": True, "rank": 0, "detail": "n/a"},
+                   {"name": "main_path_available", "passed": False, "rank": 1,
+                    "detail": "the main path 'fused' cannot be built on this host: nvidia-cutlass-dsl not installed"}]
+    _write(tmp_path, [_row(status="failed", checks=unbuildable, ms=(3,)),
+                      _row(status="hang", checks=[], ms=(5,), **{"note": "no result from rank(s) [1]\nstacks"})])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    whys = {f["case"]["ms"][0]: f["why"] for f in s["failures"]}
+    assert whys == {3: "main_path_available (rank 1): the main path 'fused' cannot be built on this host: "
+                       "nvidia-cutlass-dsl not installed",
+                    5: "no result from rank(s) [1] stacks"}
+    md = (tmp_path / "summary.md").read_text()
+    assert "  - why: main_path_available (rank 1): the main path 'fused' cannot be built on this host" in md
