@@ -35,3 +35,13 @@ def pytest_report_header(config):
 def test_seed(request) -> int:
     """A seed derived from the test id (cutlass/JAX style): a failure names the exact seed to rerun."""
     return int.from_bytes(hashlib.blake2b(request.node.nodeid.encode(), digest_size=4).digest(), "little")
+
+
+#: The suite's longest single tests (minutes each on 2 cores): started first, so the other workers run
+#: everything else beside them instead of waiting for them at the end.
+LONG_POLES = ("tests/mutation/test_kill_matrix.py::test_kill_matrix_ci",)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_POLES))  # stable: the rest keep their order

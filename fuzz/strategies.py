@@ -186,9 +186,12 @@ def instances_cases(draw, world_size: int, topology: str = "cpu", max_M: int | N
     picked = draw(st.lists(st.sampled_from(others), min_size=1, max_size=2, unique_by=tuple))
     own = [[n, k, draw(st.sampled_from(INSTANCE_MAX_MS))] for n, k in picked]
     n_calls = draw(st.integers(len(own) + 1, len(own) + 3))
-    ms = draw(st.lists(m_values(world_size, max_M), min_size=n_calls, max_size=n_calls))
     # every instance called at least once, in an interleaved order (the pool's instance first)
     order = draw(st.permutations([i % (len(own) + 1) for i in range(n_calls)]))
+    # each call's M within its instance's capacity, that capacity itself (the boundary where one instance's
+    # state leaking into another shows: a larger layer's valid M past a smaller layer's max_M) among the draws
+    caps = [max_M] + [c for _, _, c in own]
+    ms = [draw(st.one_of(st.just(caps[i]), m_values(world_size, caps[i]))) for i in order]
     recreate = draw(st.lists(st.sampled_from(catalogue).map(list), max_size=2))
     recreate = [[n, k, draw(st.sampled_from(INSTANCE_MAX_MS))] for n, k in recreate]
     kind = draw(st.sampled_from(KINDS))
