@@ -53,10 +53,12 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             finally:
                 close_impl(fresh)
             sequence.append((M, y, yf, n_valid, row0))
-        if i == 0 and case.batch_m is not None:
-            checks.append(batch_invariance(ctx, impl, case, y, w, M, seed, kind))
         if i == 0:
+            # right after the first call: a call on other tensors in between would re-stage a pointer-keyed
+            # cache and hide the very bug this looks for
             checks.append(inputs_changed_in_place(ctx, impl, case, x, w, M, seed + INPLACE_SEED_OFFSET, kind))
+        if i == 0 and case.batch_m is not None:  # w now holds the in-place values: call A's weights again
+            checks.append(batch_invariance(ctx, impl, case, y, ctx.w(case, seed, kind), M, seed, kind))
     if sequence:
         checks.append(fresh_per_call(sequence, rank=r))
     return checks
