@@ -6,10 +6,10 @@ real sizes (2^31, 2^32 bytes) run nightly on a GPU (fuzz/test_gemm_rs.py::test_b
 from __future__ import annotations
 
 import torch
+from _in_process import run_on_one_cpu_rank as _run
 from hypothesis import HealthCheck, given, settings
 
 from fuzz.case import Case
-from fuzz.families import RankContext, run_case
 from fuzz.families.byte_boundary import boundary_windows
 from fuzz.strategies import byte_boundary_cases
 from kernel.errors import CapacityError
@@ -29,14 +29,6 @@ class RefusesLargeMaxM(UnfusedGemmRs):
         if max_M * N * 2 > 2**16:
             raise CapacityError(f"max_M={max_M}: the workspace would pass 2^16 bytes")
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-
-
-def _run(factory, case):
-    ctx = RankContext(factory, rank=0, world_size=1, device=CPU)
-    try:
-        return run_case(ctx, case)
-    finally:
-        ctx.close()
 
 
 def _case(kind, M=600):

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _in_process import failed_checks as _failed
+from _in_process import run_on_one_cpu_rank as _run
 
 from fuzz.case import Case
-from fuzz.families import FAMILIES, RankContext, run_case
+from fuzz.families import FAMILIES
 from fuzz.families.calls import conformed
 from kernel.errors import UnsupportedConfigError
 from kernel.fused import FusedGemmRs
@@ -20,18 +22,6 @@ from mutants import catalogue
 
 CPU = torch.device("cpu")
 BASE = dict(seed=3, N=64, K=64, max_M=512)
-
-
-def _run(impl_factory, case: Case):
-    ctx = RankContext(impl_factory, rank=0, world_size=1, device=CPU)
-    try:
-        return run_case(ctx, case)
-    finally:
-        ctx.close()
-
-
-def _failed(checks, name=None):
-    return [c for c in checks if not c.passed and not c.skipped and (name is None or c.name == name)]
 
 
 def _names(checks):

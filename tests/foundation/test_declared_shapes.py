@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _in_process import run_on_one_cpu_rank as _run
 from hypothesis import HealthCheck, find, given, settings
 
 from fuzz.case import Case
-from fuzz.families import RankContext, run_case
+from fuzz.families import RankContext
 from fuzz.strategies import SHAPES, all_shapes, declared_support, nearest_supported, shapes
 from kernel.errors import UnsupportedConfigError
 from kernel.fused import FusedGemmRs
@@ -115,14 +116,6 @@ class RejectsAtConstruction(_NoKTails):
         if K % 64:
             raise UnsupportedConfigError(f"K={K}: no K tail")
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-
-
-def _run(factory, case):
-    ctx = RankContext(factory, rank=0, world_size=1, device=CPU)
-    try:
-        return run_case(ctx, case)
-    finally:
-        ctx.close()
 
 
 def _verdict(checks, name="unsupported_shape_handled"):

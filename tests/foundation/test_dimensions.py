@@ -9,30 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from _in_process import failed_checks as _failed
+from _in_process import run_on_one_cpu_rank as _run
 
 from fuzz.case import Case
-from fuzz.families import RankContext, run_case
 from fuzz.families.crossover import crossover_neighbours
 from fuzz.layouts import check_layout, layouts_for, outside_ranks, placement, replica_seed
 from kernel.unfused import UnfusedGemmRs
 from mutants import catalogue
 from properties.dispatch import dispatch_agrees_across_ranks, dispatch_sides_agree, should_run_stable
 from properties.state import snapshot, state_unchanged
-
-CPU = torch.device("cpu")
-
-
-def _run(impl_factory, case: Case):
-    ctx = RankContext(impl_factory, rank=0, world_size=1, device=CPU)
-    try:
-        return run_case(ctx, case)
-    finally:
-        ctx.close()
-
-
-def _failed(checks, name=None):
-    return [c for c in checks if not c.passed and not c.skipped and (name is None or c.name == name)]
-
 
 # --- layouts ------------------------------------------------------------------------------------------------
 
