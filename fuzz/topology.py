@@ -17,7 +17,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from .config import TOPOLOGY_ENV, current
+from .config import BY_NAME, TOPOLOGY_ENV, current
 
 TOPOLOGIES = ("cpu", "shared-gpu", "multi-gpu")
 
@@ -27,8 +27,9 @@ MULTICAST_OFF = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 
-#: kernel.fused.compile.KERNEL_CACHE_ENV (not imported: the driver need not load the kernel package)
-KERNEL_CACHE_ENV = "GEMM_RS_KERNEL_CACHE_DIR"
+#: The kernel cache's variable, as fuzz/config.py declares it (kernel.fused.compile reads the same name; not
+#: imported from there: the driver need not load the kernel package)
+KERNEL_CACHE_ENV = BY_NAME["kernel_cache_dir"].env
 
 
 def gpu_count() -> int:
