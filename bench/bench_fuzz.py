@@ -33,6 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fuzz.case import Case, PoolSpec  # noqa: E402
+from fuzz.phases import PHASES, slowest_rank  # noqa: E402
 from fuzz.pool import RankPool  # noqa: E402
 from fuzz.topology import gpu_count  # noqa: E402
 
@@ -81,12 +82,23 @@ def _run_pool(spec: PoolSpec, cases: list[Case], gpus, rows: list[dict]) -> None
             total = time.perf_counter() - t
             rank_s = max((m.get("seconds", 0.0) for m in report.ranks.values()), default=0.0)
             shape = (case.N, case.K)
-            rows.append({"status": str(report.status), "total": total, "rank": rank_s, "cold": shape not in seen})
+            phases = slowest_rank({r: m["phases"] for r, m in report.ranks.items() if m.get("phases")})
+            rows.append({"status": str(report.status), "total": total, "rank": rank_s, "cold": shape not in seen,
+                         "phases": phases})
             seen.add(shape)
             if not report.passed:
                 seen.clear()  # the pool restarts after a non-pass: its next case of each shape is cold again
     finally:
         pool.close()
+
+
+def _phase_means(rows: list[dict]) -> dict[str, float]:
+    """Mean seconds per phase of the slowest rank (fuzz/phases.py), and ``harness``: the rest of the round trip."""
+    if not rows:
+        return {}
+    out = {p: statistics.mean(r["phases"].get(p, 0.0) for r in rows) for p in PHASES}
+    out["harness"] = statistics.mean(max(0.0, r["total"] - sum(r["phases"].values())) for r in rows)
+    return out
 
 
 def measure(impl: str, topology: str, W: int, n_cases: int, pools: int, starts: int) -> dict:
@@ -128,6 +140,7 @@ def measure(impl: str, topology: str, W: int, n_cases: int, pools: int, starts: 
             "rank": statistics.median([r["rank"] for r in warm]) if warm else float("nan"),
             "harness": statistics.median([r["total"] - r["rank"] for r in warm]) if warm else float("nan"),
             "per_min": 60 * len(rows) / wall if wall else 0.0, "statuses": statuses,
+            "phases": {label: _phase_means(group) for label, group in (("cold", cold), ("warm", warm))},
             "errors": [f"{type(e).__name__}: {e}" for e in errors]}
 
 
@@ -146,13 +159,23 @@ def main(argv=None) -> int:
           "| cases/min | statuses |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     ok = True
+    results = []
     for topology in args.topologies.split(","):
         for W in (int(w) for w in args.world_sizes.split(",")):
             r = measure(args.impl, topology, W, args.cases, args.pools, args.starts)
+            results.append(r)
             ok &= not r["errors"] and r["statuses"].get("passed", 0) == r["cases"] and r["cases"] > 0
             print(f"| {topology} | {W} | {r['pools']} | {r['cases']} | {r['start']:.2f} | {r['cold']:.2f} | "
                   f"{r['warm']:.3f} ({r['warm_p90']:.3f}) | {r['rank']:.3f} | {r['harness']:.3f} | "
                   f"{r['per_min']:.0f} | {r['statuses']} {'; '.join(r['errors'])} |", flush=True)
+    print("\nwhere a case's time goes (mean seconds, slowest rank; cold: first case of a shape in a pool):")
+    print("| topology | W | case | " + " | ".join(PHASES + ("harness",)) + " |")
+    print("|---|---|---|" + "---|" * (len(PHASES) + 1))
+    for r in results:
+        for label, means in r["phases"].items():
+            if means:
+                print(f"| {r['topology']} | {r['W']} | {label} | "
+                      + " | ".join(f"{means[p]:.3f}" for p in PHASES + ("harness",)) + " |")
     return 0 if ok else 1
 
 

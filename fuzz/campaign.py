@@ -31,12 +31,7 @@ from .node import killpg_while_alive
 from .settings import GATE_PROFILES as PROFILES
 from .settings import stored_examples
 from .status import Status
-
-
-def default_pools_per_gpu(cpus: int | None = None) -> int:
-    """Pools per GPU when nobody says: shared-gpu cases are host-bound (a pool is W processes plus a
-    driver), so a quarter of the cores, between 1 and 4."""
-    return max(1, min(4, (cpus or os.cpu_count() or 1) // 4))
+from .topology import default_pools_per_gpu
 
 
 def _interrupt(proc: subprocess.Popen, leader: int, flag: threading.Event, grace_s: float = 30.0) -> None:

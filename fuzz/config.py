@@ -66,7 +66,7 @@ SETTINGS: tuple[Setting, ...] = (
             "seconds"),
     Setting("jobs", "auto", "parallel pytest workers (pytest-xdist -n)", "integer|auto"),
     Setting("pools_per_gpu", None, "rank pools time-slicing one GPU at once (default: a quarter of the cores, "
-            "1 to 4, for ci/gate; 1 for pytest)", "integer"),
+            "1 to 4)", "integer"),
     Setting("nnodes", "1", "hosts (torchrun agents) a rank pool spans; the others run fuzz.node_agent",
             "integer"),
     Setting("control_address", "127.0.0.1", "where the driver's control channel listens; ranks and node "
@@ -79,6 +79,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kernel_cache_dir", None, "host-wide cache of compiled kernels (the gate's GPU rank pools: "
             "~/.cache/gemm-rs/kernels by default; a library process: off unless set); none: off", "folder",
             flag=False),
+    Setting("native_stacks", "auto", "a HANG's report also has every stuck rank's native (C/C++) stacks, by gdb, "
+            "py-spy or /proc (fuzz/native_stacks.py); auto: on GPU topologies", "auto|on|off", flag=False),
     Setting("byte_boundaries", "0", "run the GPU byte-boundary family (workspace and output crossing 2^31 and "
             "2^32 bytes) outside the nightly profile", "0|1", flag=False),
     Setting("system_python", "0", "ci/setup.sh uses the python3 on PATH instead of a .venv (GPU hosts without "

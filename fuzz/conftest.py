@@ -22,8 +22,10 @@ LEASE_WAIT_S = 1800.0
 
 _POOLS: dict[tuple, RankPool] = {}
 _LEASES: dict[str, object] = {}
-#: shared-gpu (impl, W) -> its place (GPU slot) number, set at collection
+#: shared-gpu (impl, W) -> the place (GPU slot) of its first test, set at collection
 _PLACE: dict[tuple[str, int], int] = {}
+#: the shared-gpu place of the running test (pytest_runtest_setup), None outside a shared-gpu test
+_RUNNING_PLACE: list = [None]
 
 
 def _has_hopper() -> bool:
@@ -93,25 +95,94 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("gate", combos, ids=ids, scope="session")
 
 
+#: The cost model that deals GPU tests over places (seconds; measured on one H200, ci profile, 2026-11-30:
+#: median 0.8 s per case at W = 2, 1.2-1.7 s at W = 4, 8, and a GPU pool's start-up): only relative sizes matter.
+CASE_S, CASE_S_PER_RANK, POOL_START_S = 0.6, 0.15, 8.0
+
+
+def unit_cost(test_name: str, world_size: int) -> float:
+    """Estimated seconds of one gate test (all its examples) on one (implementation, W) pool."""
+    from fuzz.settings import WEIGHTS, examples
+
+    n = examples(test_name) if test_name in WEIGHTS else 1
+    return n * (CASE_S + CASE_S_PER_RANK * world_size)
+
+
+def deal(units: dict[tuple, float], places: int) -> dict[tuple, int]:
+    """Place of each unit ``(impl, W, test) -> cost``: whole combinations (impl, W) first, the most expensive
+    first, each to the least loaded place (its cost and one pool start-up); then, while it shortens the
+    campaign, the most expensive test of the busiest place moves to the least busy one (a start-up counted
+    there unless its combination already has a pool there). Deterministic whatever the order of ``units``."""
+    n = max(1, places)
+    keys = sorted(units, key=lambda k: tuple(str(x) for x in k))
+    combos: dict[tuple, list[tuple]] = {}
+    for key in keys:
+        combos.setdefault(key[:2], []).append(key)
+    total = {c: sum(units[k] for k in ks) for c, ks in combos.items()}
+    where: dict[tuple, int] = {}
+    load = [0.0] * n
+    for combo in sorted(combos, key=lambda c: (-total[c], tuple(str(x) for x in c))):
+        p = min(range(n), key=lambda q: (load[q], q))
+        load[p] += total[combo] + POOL_START_S
+        where.update(dict.fromkeys(combos[combo], p))
+
+    def place_load(p: int) -> float:
+        on = [k for k in keys if where[k] == p]
+        return sum(units[k] for k in on) + POOL_START_S * len({k[:2] for k in on})
+
+    for _ in range(len(keys) * n):
+        loads = [place_load(p) for p in range(n)]
+        src = max(range(n), key=lambda q: (loads[q], -q))
+        dst = min(range(n), key=lambda q: (loads[q], q))
+        movable = sorted((k for k in keys if where[k] == src), key=lambda k: (-units[k], tuple(str(x) for x in k)))
+        for key in movable:
+            where[key] = dst
+            if max(place_load(src), place_load(dst)) < loads[src] - 1e-9:
+                break
+            where[key] = src
+        else:
+            break
+    return where
+
+
+def multi_gpu_places(gpus: int) -> int:
+    """multi-gpu pools that may run side by side: one per pair of GPUs (each leases its W GPUs for as long
+    as it runs; a pool needing more GPUs than are free waits for them)."""
+    return max(1, gpus // 2)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """With xdist's ``--dist loadgroup`` (pyproject addopts), every test of one GPU pool runs on one
-    worker: shared-gpu combinations are dealt, largest W first, over the host's GPU places (GPUs x
-    GEMM_RS_POOLS_PER_GPU) and form group ``gpu-<place>``; multi-gpu ones group ``multi-gpu``; cpu-topology
-    tests spread freely. Workers then lease disjoint places (fuzz/topology.py)."""
-    places = max(1, gpu_count()) * pools_per_gpu()
-    shared = sorted({(c.params["gate"][0], c.params["gate"][2]) for c in
-                     (getattr(i, "callspec", None) for i in items)
-                     if c is not None and "gate" in c.params and c.params["gate"][1] == "shared-gpu"},
-                    key=lambda iw: (-iw[1], iw[0]))
-    _PLACE.clear()
-    _PLACE.update({iw: n % places for n, iw in enumerate(shared)})
+    """With xdist's ``--dist loadgroup`` (pyproject addopts), every test of one GPU place runs on one worker:
+    each GPU test (implementation, W, test function) is dealt (:func:`deal`, by its estimated cost) to one
+    of the host's shared-gpu places (GPUs x GEMM_RS_POOLS_PER_GPU, group ``gpu-<place>``) or multi-gpu places
+    (:func:`multi_gpu_places`, group ``multi-gpu-<place>``); cpu-topology tests spread freely. A worker keeps
+    one pool per combination while its tests run (they are adjacent: the ``gate`` parameter is
+    session-scoped) and leases its place's GPU slot, or a multi-gpu pool's GPUs while that pool lives
+    (fuzz/topology.py).
+
+    ``tryfirst``: xdist's worker turns the ``xdist_group`` marks into node-id suffixes in its own hook,
+    registered after this conftest when ``fuzz/`` is on the command line, so called before ours unless ours
+    goes first -- the marks were then ignored and every test ran on any worker with a pool of its own, each
+    leasing a place of its own (seen on 2xH200: 20 pools time-slicing one GPU, cases past their deadline)."""
+    gpus = max(1, gpu_count())
+    units: dict[str, dict[tuple, float]] = {"shared-gpu": {}, "multi-gpu": {}}
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        gate = callspec.params.get("gate") if callspec else None
-        if not gate or gate[1] in ("cpu", UNRUNNABLE):
+        gate = _gate_of(item)
+        if gate and gate[1] in units:
+            units[gate[1]][(gate[0], gate[2], item.originalname)] = unit_cost(item.originalname, gate[2])
+    placed = {"shared-gpu": deal(units["shared-gpu"], gpus * pools_per_gpu()),
+              "multi-gpu": deal(units["multi-gpu"], multi_gpu_places(gpus))}
+    _PLACE.clear()
+    for (impl, w, _test), place in placed["shared-gpu"].items():
+        _PLACE.setdefault((impl, w), place)
+    for item in items:
+        gate = _gate_of(item)
+        if not gate or gate[1] not in units:
             continue
         impl, topology, world_size = gate
-        group = "multi-gpu" if topology == "multi-gpu" else f"gpu-{_PLACE[(impl, world_size)]}"
+        place = placed[topology][(impl, world_size, item.originalname)]
+        group = f"multi-gpu-{place}" if topology == "multi-gpu" else f"gpu-{place}"
         item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -129,7 +200,8 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
             if need > gpu_count():
                 pytest.skip(f"{topology} at W={world_size} needs {need} GPU(s); this host has {gpu_count()}")
             shared = topology == "shared-gpu"
-            prefer = _PLACE.get((impl, world_size), world_size) if shared else 0
+            prefer = (_RUNNING_PLACE[0] if _RUNNING_PLACE[0] is not None else
+                      _PLACE.get((impl, world_size), world_size)) if shared else 0
             lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(
                 need, wait_s=LEASE_WAIT_S, prefer=prefer, slots=pools_per_gpu() if shared else 1)
             if lease is None:
@@ -172,6 +244,17 @@ def pytest_runtest_teardown(item, nextitem):
         return
     for key in [k for k in _POOLS if k[:3] == tuple(gate)]:
         _POOLS.pop(key).close()
+    if gate[1] == "multi-gpu":  # its GPUs go back: another worker's multi-gpu pool may be waiting for them
+        lease = _LEASES.pop(f"multi-gpu-{gate[2] // nnodes()}", None)
+        if lease is not None:
+            lease.release()
+
+
+def pytest_runtest_setup(item):
+    """The shared-gpu place of the test about to run (its ``gpu-<place>`` group): its pool leases that slot."""
+    mark = item.get_closest_marker("xdist_group")
+    name = str(mark.args[0]) if mark is not None and mark.args else ""
+    _RUNNING_PLACE[0] = int(name.rsplit("-", 1)[1]) if name.startswith("gpu-") else None
 
 
 def pytest_sessionfinish(session):

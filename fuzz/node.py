@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from . import native_stacks
+
 #: Seconds ranks get to write their stacks after SIGUSR1.
 STACKS_WAIT_S = 2.0
 #: Seconds the node waits for its torchrun to exit after a rank died, to read its account of the death.
@@ -83,8 +85,9 @@ class LocalNode:
     """torchrun and its ranks on this host, for one pool (``index``: the node's number in the pool, 0 on the
     driver's host). Files in ``logdir``: torchrun.log, rank<r>.log, rank<r>.stacks."""
 
-    def __init__(self, index: int, logdir: str, *, sanitizer: bool = False):
+    def __init__(self, index: int, logdir: str, *, sanitizer: bool = False, native_stacks: bool = False):
         self.index, self.logdir, self.sanitizer = index, logdir, sanitizer
+        self.native_stacks = native_stacks  # also dump native stacks (fuzz.native_stacks) of the asked ranks
         self.proc: subprocess.Popen | None = None
         self.procs: dict[int, RankProcess] = {}
         self.last_pids: dict[int, int] = {}
@@ -135,6 +138,10 @@ class LocalNode:
         for r in self.procs:
             text = _read_from(self._stack_file(r), self._stack_offsets.get(r, 0))
             out[r] = text if text.strip() else "(no stack: the rank did not answer SIGUSR1 — dead or stuck in C code)"
+        if self.native_stacks:
+            living = {r: self.procs[r].pid for r in asked if not self.procs[r].exited()}
+            for r, text in native_stacks.dump(living).items():
+                out[r] = f"{out[r].rstrip()}\n--- native stacks of rank {r} (pid {living[r]}) ---\n{text}"
         return out
 
     def logs(self, lines: int = 30) -> dict[int, str]:

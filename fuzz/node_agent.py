@@ -178,7 +178,8 @@ class NodeAgent:
 
     def launch(self, msg: dict) -> None:
         self.stop()
-        self.node = LocalNode(msg["node"], self.logdir, sanitizer=bool(msg.get("sanitizer")))
+        self.node = LocalNode(msg["node"], self.logdir, sanitizer=bool(msg.get("sanitizer")),
+                              native_stacks=bool(msg.get("native_stacks")))
         env = dict(os.environ)
         env.update(msg["env"])
         for name in msg.get("unset", ()):

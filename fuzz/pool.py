@@ -42,7 +42,7 @@ import tempfile
 import time
 import uuid
 
-from . import verdict
+from . import native_stacks, verdict
 from .case import Case, PoolSpec
 from .channel import Channel, ChannelClosed
 from .config import DRIVER_ENV, DRIVER_PID_ENV, IMPL_ENV, LOGDIR_ENV, NODE_ENV, current
@@ -73,7 +73,8 @@ class RankPool:
         self.extra_env = dict(extra_env or {})
         self.network = network or PoolNetwork.from_config()
         self.logdir = logdir or tempfile.mkdtemp(prefix=f"gemm-rs-pool-W{spec.world_size}-")
-        self.local = LocalNode(0, self.logdir, sanitizer=bool(spec.sanitizer))
+        self.native_stacks = native_stacks.wanted(current().native_stacks, spec.topology)
+        self.local = LocalNode(0, self.logdir, sanitizer=bool(spec.sanitizer), native_stacks=self.native_stacks)
         self.agents: list[RemoteNode] = []  # the other hosts' node agents (nnodes - 1 of them)
         self.chans: dict[int, Channel] = {}
         self.hello: dict[int, dict] = {}
@@ -148,7 +149,8 @@ class RankPool:
             remote_env = dict(add, **rank_env(self.spec.topology, None))  # other hosts: their own GPUs
             for i, agent in enumerate(self.agents, 1):
                 agent.launch(i, {"env": remote_env, "unset": list(unset), "nproc": nproc, "nnodes": nnodes,
-                                 "rdzv_endpoint": rdzv, "run_id": run_id, "sanitizer": self.spec.sanitizer})
+                                 "rdzv_endpoint": rdzv, "run_id": run_id, "sanitizer": self.spec.sanitizer,
+                                 "native_stacks": self.native_stacks})
             server.settimeout(1.0)
             hellos: dict[int, tuple[Channel, dict]] = {}
             while len(hellos) < world:
@@ -374,8 +376,9 @@ class RankPool:
         out_stacks = self.local.read_stacks(self.local.ask_stacks()) if stacks else {}
         logs = self.local.logs()
         notes = [self.local.exit_note()] if 0 in exit_notes else []
+        wait = AGENT_REPLY_S + (native_stacks.NATIVE_WAIT_S if stacks and self.native_stacks else 0.0)
         for a, rid in asked:
-            answer = a.reply(rid, AGENT_REPLY_S)
+            answer = a.reply(rid, wait)
             if answer is None:
                 missing = f"(no answer from {a}: {a.gone or 'timed out'})"
                 out_stacks.update({r: missing for r in a.pids} if stacks else {})

@@ -22,6 +22,9 @@ def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        # PR_SET_PTRACER, PR_SET_PTRACER_ANY: the driver's debugger may read this rank's native stacks when it
+        # hangs (fuzz.native_stacks), whatever Yama's ptrace_scope; EINVAL without Yama, ignored.
+        libc.prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF))
     except OSError:
         pass
 
@@ -64,6 +67,7 @@ def main() -> int:
 
     from kernel.registry import load_implementation
 
+    from . import phases
     from .case import Case
     from .channel import ChannelClosed, connect
     from .execute import RankContext, describe_exception, run_case
@@ -101,16 +105,18 @@ def main() -> int:
             continue
         t0 = time.perf_counter()
         checks, error = [], load_error
+        phases.begin()
         if error is None:
             try:
                 checks = run_case(ctx, Case.from_json(msg["case"]))
             except BaseException as exc:  # noqa: BLE001 — every failure goes back to the driver
                 error = describe_exception(exc)
+        seconds = time.perf_counter() - t0
         # The result goes to the driver now, before any cross-rank collective: the driver alone judges,
         # and a rank whose exception left its peers blocked in a collective still gets its report out.
         chan.send({"type": "result", "id": msg["id"], "rank": rank, "error": error,
                    "checks": [c.to_json() for c in checks],
-                   "seconds": time.perf_counter() - t0, "optimize": sys.flags.optimize})
+                   "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize})
     ctx.close()
     chan.close()
     dist.destroy_process_group()

@@ -10,6 +10,7 @@ import sys
 import time
 
 from .config import current
+from .phases import slowest_rank
 from .report import CaseReport
 
 
@@ -27,11 +28,13 @@ def case_row(report: CaseReport, test_id: str = "") -> dict:
         "reproducibility": report.reproducibility,
         "rerun_status": report.rerun_status,
         "seconds": report.seconds,
+        "phases": slowest_rank({r: m["phases"] for r, m in report.ranks.items() if isinstance(m.get("phases"), dict)}),
         "note": report.note,
         "checks": [dict(c, rank=r) for r, c in report.checks()],
         "paths": {str(r): calls for r, calls in report.paths().items()},
         "rank_optimize": {str(r): m.get("optimize") for r, m in report.ranks.items()},
         "errors": {str(r): tb for r, tb in report.errors().items()},
+        "stacks": {str(r): text for r, text in (report.stacks or {}).items()},
         "repro": report.repro(),
     }
 

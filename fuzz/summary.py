@@ -19,6 +19,7 @@ import sys
 from collections import Counter, defaultdict
 
 from .status import Reproducibility, Status
+from .phases import PHASES
 
 
 def _generic(reason: str) -> str:
@@ -138,8 +139,26 @@ def failure_reason(row: dict, limit: int = 400) -> str:
             break
     else:
         text = (row.get("note") or "").strip()
+        where = {r: stuck_at(t) for r, t in (row.get("stacks") or {}).items()}
+        if where:
+            text += "; stuck at: " + ", ".join(f"rank {r} {w}" for r, w in sorted(where.items(), key=lambda kv: int(kv[0])))
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def stuck_at(stacks: str) -> str:
+    """The innermost Python frame of the thread that answered the stack request (faulthandler's "Current
+    thread", the rank's main thread), as ``func (file:line)``; ``?`` when the rank wrote no stack."""
+    lines = stacks.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("Current thread")), 0)
+    for ln in lines[start:]:
+        m = _FRAME.search(ln)
+        if m:
+            return f"{m.group(3)} ({os.path.basename(m.group(1))}:{m.group(2)})"
+    return "?"
 
 
 def load_cases(out_dir: str) -> list[dict]:
@@ -251,16 +270,33 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
 def timing(cases: list[dict]) -> list[dict]:
     """Time per case per (impl, topology, W): the cost a campaign pays, and where a slow path hides."""
     by: dict[tuple, list[float]] = defaultdict(list)
+    spent: dict[tuple, dict[str, float]] = defaultdict(lambda: dict.fromkeys(PHASES + ("harness",), 0.0))
     for row in cases:
         if isinstance(row.get("seconds"), (int, float)) and row.get("reproducibility") != Reproducibility.FLAKY:
-            by[(row["impl"], row["topology"], row["world_size"])].append(float(row["seconds"]))
+            key = (row["impl"], row["topology"], row["world_size"])
+            by[key].append(float(row["seconds"]))
+            ph = row.get("phases") or {}
+            for name in PHASES:
+                spent[key][name] += float(ph.get(name, 0.0))
+            spent[key]["harness"] += max(0.0, float(row["seconds"]) - sum(float(v) for v in ph.values()))
     out = []
-    for (impl, topo, w), secs in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+    for key, secs in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        impl, topo, w = key
         secs.sort()
         out.append({"impl": impl, "topology": topo, "world_size": w, "cases": len(secs),
                     "median_s": round(secs[len(secs) // 2], 3), "p95_s": round(secs[min(len(secs) - 1,
-                    int(0.95 * len(secs)))], 3), "max_s": round(secs[-1], 3), "total_s": round(sum(secs), 1)})
+                    int(0.95 * len(secs)))], 3), "max_s": round(secs[-1], 3), "total_s": round(sum(secs), 1),
+                    "phases_s": {k: round(v, 1) for k, v in spent[key].items()}})
     return out
+
+
+def render_phases(phases_s: dict[str, float]) -> str:
+    """``construct 41%, calls 22%, ...``: the share of each phase in a row's case time, largest first."""
+    total = sum(phases_s.values())
+    if total <= 0:
+        return "-"
+    parts = sorted(phases_s.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in parts if v / total >= 0.005)
 
 
 def render_markdown(s: dict) -> str:
@@ -287,10 +323,12 @@ def render_markdown(s: dict) -> str:
         lines.append(f"| {r['impl']} | {r['topology']} | {r['world_size']} | {r['property']} | {r['cases']} | "
                      f"{r['failures']} | {ratio} |")
     if s.get("timing"):
-        lines += ["", "| impl | topology | W | cases | median s/case | p95 s/case | max s | total s |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| impl | topology | W | cases | median s/case | p95 s/case | max s | total s | where the time "
+                  "went (slowest rank; docs/REPORT.md) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {t['impl']} | {t['topology']} | {t['world_size']} | {t['cases']} | {t['median_s']} | "
-                  f"{t['p95_s']} | {t['max_s']} | {t['total_s']} |" for t in s["timing"]]
+                  f"{t['p95_s']} | {t['max_s']} | {t['total_s']} | {render_phases(t.get('phases_s') or {})} |"
+                  for t in s["timing"]]
     if s["skipped"]:
         lines += ["", "Skipped (never counted as passed):", ""]
         lines += [f"- {x['count']} x {x['reason']}" for x in s["skipped"]]

@@ -51,12 +51,19 @@ def available_topologies() -> list[str]:
     return out
 
 
+def default_pools_per_gpu(cpus: int | None = None) -> int:
+    """Pools per GPU when nobody says: shared-gpu cases are host-bound (a pool is W processes plus a
+    driver), so a quarter of the cores, between 1 and 4."""
+    return max(1, min(4, (cpus or os.cpu_count() or 1) // 4))
+
+
 def pools_per_gpu(value: str | None = None) -> int:
-    """Rank pools that may share one GPU at once (``--pools-per-gpu``, ``GEMM_RS_POOLS_PER_GPU``; default 1).
-    shared-gpu cases are tiny and host-bound, so on a many-core host several pools (each its own W
-    processes) time-slicing one GPU finish a campaign several times sooner; every case still has its deadline."""
+    """Rank pools that may share one GPU at once (``--pools-per-gpu``, ``GEMM_RS_POOLS_PER_GPU``; default
+    :func:`default_pools_per_gpu`, for ``ci/gate`` and a plain ``pytest fuzz/`` alike). shared-gpu cases are
+    tiny and host-bound, so on a many-core host several pools (each its own W processes) time-slicing one GPU
+    finish a campaign several times sooner; every case still has its deadline."""
     if value is None:
-        value = current().pools_per_gpu or "1"
+        value = current().pools_per_gpu or str(default_pools_per_gpu())
     try:
         n = int(value)
     except ValueError:

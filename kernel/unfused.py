@@ -9,6 +9,8 @@ CUDA-graph capturable.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from . import collectives
@@ -42,6 +44,23 @@ def batch_variance(device: torch.device, K: int, world_size: int = 1) -> str | N
         return (f"K={K} > {CPU_MM_BATCH_INVARIANT_MAX_K}: torch's CPU bf16 mm computes M = 1 with another kernel "
                 "than a batch (last-bit differences, docs/NUMERICS.md)")
     return None
+
+
+@contextlib.contextmanager
+def fp32_accumulation():
+    """cuBLAS kept to the contract's fp32 accumulation for the GEMMs inside: torch lets cuBLAS reduce
+    split-K partial sums of a bf16 GEMM in bf16 by default (``allow_bf16_reduced_precision_reduction``),
+    an extra rounding per split that the contract does not allow (seen on an H200 at M = 2419, N = 744,
+    K = 409: 1.1-1.3x the tolerance budget). The process-wide setting is restored on the way out; it is read
+    by cuBLAS when a GEMM is issued (also inside a graph capture), so nothing queued later is affected."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_bf16_reduced_precision_reduction
+    split_k = getattr(matmul, "allow_bf16_reduced_precision_reduction_split_k", True)
+    matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = before if split_k else (before, split_k)
 
 
 class UnfusedGemmRs(GemmRsImplementation):
@@ -84,7 +103,8 @@ class UnfusedGemmRs(GemmRsImplementation):
 
     def _gemm(self, x, w, partials: torch.Tensor) -> None:
         """partials (the workspace's first M rows) = x @ w.T, bf16 (torch GEMM, fp32 accumulate)."""
-        torch.mm(x, w.t(), out=partials)
+        with fp32_accumulation():
+            torch.mm(x, w.t(), out=partials)
 
     def _run(self, x, w, out, M):
         S = self.shard_rows(M)

@@ -66,6 +66,12 @@ def make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str = "g
     return _make_w_cached(seed, rank, N, K, world_size, kind).clone()
 
 
+def shared_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str = "gaussian") -> torch.Tensor:
+    """w_r as :func:`make_w` builds it, without the copy: the cached tensor itself, which the caller must not
+    write (the truth reads every rank's w for every call)."""
+    return _make_w_cached(seed, rank, N, K, world_size, kind)
+
+
 @functools.lru_cache(maxsize=16)
 def _make_w_cached(seed: int, rank: int, N: int, K: int, world_size: int, kind: str) -> torch.Tensor:
     _check_kind(kind)

@@ -1,4 +1,4 @@
-"""The oracle, exactly as CONTRACT.md defines it: per rank a torch GEMM on x_r zero-padded to W*S rows,
+"""The oracle, exactly as CONTRACT.md defines it: per rank a torch GEMM (fp32 accumulation) on x_r zero-padded to W*S rows,
 then ``reduce_scatter_tensor`` over the group (NCCL across GPUs; gloo on CPU or when ranks share a GPU,
 staged through host memory). Deliberately independent of kernel/: it allocates, it syncs, it shares
 no buffer or helper with the implementations it judges."""
@@ -19,7 +19,13 @@ def reference_gemm_rs(x: torch.Tensor, w: torch.Tensor, group=None) -> torch.Ten
     S = -(-M // W)
     padded = torch.zeros(W * S, x.shape[1], dtype=x.dtype, device=x.device)
     padded[:M] = x
-    partial = padded @ w.T
+    matmul = torch.backends.cuda.matmul  # fp32 accumulation, as CONTRACT.md defines the oracle: torch lets
+    before = matmul.allow_bf16_reduced_precision_reduction  # cuBLAS add split-K partials in bf16 by default
+    matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        partial = padded @ w.T
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = before
     if W == 1:
         return partial.clone()
     staged = str(dist.get_backend(group)).lower() == "gloo" and partial.device.type != "cpu"

@@ -12,6 +12,7 @@ Rows are the shard's S rows; rows past M (padding) are NaN so no check can read 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -41,27 +42,31 @@ def shard_truth(inputs, rank: int, M: int, device: torch.device | str = "cpu") -
 def seeded_shard_truth(seed: int, kind: str, rank: int, M: int, N: int, K: int, world_size: int,
                        device: torch.device | str = "cpu") -> Truth:
     """Truth for ``rank``'s shard, rebuilding only the shard's rows of every rank's x."""
-    from .inputs import make_w, make_x
-
     S = -(-M // world_size)
     r0 = rank * S
     n_valid = max(0, min(S, M - r0))
-    rows = [
-        (make_x(seed, r, M, K, world_size, kind, rows=(r0, r0 + n_valid)), make_w(seed, r, N, K, world_size, kind))
-        for r in range(world_size)
-    ]
+    rows = seeded_rows(seed, kind, (r0, r0 + n_valid), M, N, K, world_size)
     return _truth_from_rows(rows, rank, M, world_size, device)
+
+
+@functools.lru_cache(maxsize=2)
+def seeded_rows(seed: int, kind: str, rows: tuple[int, int], M: int, N: int, K: int,
+                world_size: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """((x_r[rows], w_r) for every rank r), rebuilt from the seed, on the host; cached for the next caller
+    of the same call (the truth, then the rounding model of :mod:`properties.bias`). Read-only: the tensors
+    are shared."""
+    from .inputs import make_x, shared_w
+
+    return tuple((make_x(seed, r, M, K, world_size, kind, rows=rows), shared_w(seed, r, N, K, world_size, kind))
+                 for r in range(world_size))
 
 
 def seeded_rows_truth(seed: int, kind: str, rows: tuple[int, int], M: int, N: int, K: int, world_size: int,
                       device: torch.device | str = "cpu") -> Truth:
     """Truth for the global rows ``rows = (start, stop)`` of Y alone (``row_offset`` = start, every row valid):
     for a check of a few rows of a result too large to hold a whole shard's truth."""
-    from .inputs import make_w, make_x
-
     start, stop = rows
-    parts = [(make_x(seed, r, M, K, world_size, kind, rows=rows), make_w(seed, r, N, K, world_size, kind))
-             for r in range(world_size)]
+    parts = seeded_rows(seed, kind, rows, M, N, K, world_size)
     y = torch.full((stop - start, N), float("nan"), dtype=torch.float64, device=device)
     ap, aq = torch.full_like(y, float("nan")), torch.full_like(y, float("nan"))
     _accumulate(parts, y, ap, aq, device)
@@ -87,8 +92,10 @@ def _accumulate(rows, y, ap, aq, device) -> None:
     ap.zero_()
     aq.zero_()
     for xs, w in rows:
-        xs = xs.to(device=device, dtype=torch.float64)
-        wd = w.to(device=device, dtype=torch.float64)
+        # to the device in bf16, widened there: a cross-device .to(dtype) widens on the host first (single
+        # threaded in a rank), then moves four times the bytes
+        xs = xs.to(device=device).to(torch.float64)
+        wd = w.to(device=device).to(torch.float64)
         p = xs @ wd.T
         y += p
         ap += p.abs()

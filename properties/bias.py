@@ -122,11 +122,10 @@ def rounding_model(inputs, rank: int | None, M: int, device: torch.device | str 
 def seeded_rounding_model(seed: int, kind: str, rank: int | None, M: int, N: int, K: int, world_size: int,
                           device: torch.device | str = "cpu") -> RoundingModel:
     """Model for ``rank``'s shard, rebuilding only those rows of every rank's x from the case's seed."""
-    from oracle.inputs import make_w, make_x
+    from oracle.truth import seeded_rows
 
     r0, n = _rows_of(rank, M, world_size)
-    rows = [(make_x(seed, r, M, K, world_size, kind, rows=(r0, r0 + n)), make_w(seed, r, N, K, world_size, kind))
-            for r in range(world_size)]
+    rows = seeded_rows(seed, kind, (r0, r0 + n), M, N, K, world_size)
     return _model_from_rows(rows, r0, world_size, device, _owners(rank, M, world_size))
 
 
@@ -159,8 +158,8 @@ def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[i
     partials_exact = torch.ones(n, N, dtype=torch.bool, device=device)
     partials = []  # every rank's partial of these rows: W * n * N float64 (about M * N for one shard)
     for x, w in rows:
-        xd = x.to(device=device, dtype=torch.float64)
-        wd = w.to(device=device, dtype=torch.float64)
+        xd = x.to(device=device).to(torch.float64)  # widened on the device (see oracle.truth._accumulate)
+        wd = w.to(device=device).to(torch.float64)
         p = xd @ wd.T
         q2 = (xd * xd) @ (wd * wd).T  # squared L2 norm of the K products
         y += p

@@ -21,6 +21,7 @@ from oracle.truth import seeded_rows_truth
 from properties import bitwise_equal, call_raised, path_taken, result_contract, within_tolerance
 from properties.result import CheckResult
 
+from .. import phases
 from ..case import Case
 from .context import RankContext
 
@@ -83,8 +84,9 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
         return checks
     dev = ctx.device if ctx.device.type == "cuda" else "cpu"
     for lo, hi in boundary_windows(limits(case), case.N, W, M, r):
-        truth = seeded_rows_truth(ctx.input_seed(case.seed), case.kind, (r0 + lo, r0 + hi), M, case.N, case.K, W,
-                                  device=dev)
+        with phases.phase("truth"):
+            truth = seeded_rows_truth(ctx.input_seed(case.seed), case.kind, (r0 + lo, r0 + hi), M, case.N, case.K,
+                                      W, device=dev)
         got = y[lo:hi]
         window = [within_tolerance(got, truth, rank=r)]
         if case.kind == "exact":

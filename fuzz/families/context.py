@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from oracle import make_w, make_x, seeded_shard_truth
+from oracle import make_w, make_x, reference_gemm_rs, seeded_shard_truth
+
+from .. import phases
 
 from ..case import Case
 from ..layouts import Layout, check_layout, replica_seed
@@ -144,7 +146,8 @@ class RankContext:
 
     def new_impl(self, max_M: int, N: int, K: int):
         """A new instance on this context's group (construction is collective on the group)."""
-        return self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
+        with phases.phase("construct"):
+            return self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
 
     def held_impls(self, *, besides: tuple[int, ...] | None = None) -> dict[str, object]:
         """label -> every long-lived instance this rank holds, on any group but ``besides`` (members)."""
@@ -169,8 +172,14 @@ class RankContext:
         rank and size. See :meth:`fuzz.families.calls.CaseCalls.call`."""
         if self.calls is None:
             raise RuntimeError("RankContext.call outside a case (run_case begins one)")
-        return self.calls.call(impl, x, w, out, tag=tag, captured=captured, hold=hold, rank=self.rank,
-                               world_size=self.world_size)
+        with phases.phase("calls"):
+            return self.calls.call(impl, x, w, out, tag=tag, captured=captured, hold=hold, rank=self.rank,
+                                   world_size=self.world_size)
+
+    def reference(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The oracle's shard of this group's call (:func:`oracle.reference_gemm_rs`), timed as ``oracle``."""
+        with phases.phase("oracle"):
+            return reference_gemm_rs(x, w, self.group)
 
     @contextlib.contextmanager
     def capture(self, graph, *, tag: str, M: int):
@@ -191,27 +200,31 @@ class RankContext:
         return replica_seed(seed, self.tp.index)
 
     def x(self, case: Case, seed: int, M: int, kind: str | None = None, *, K: int | None = None) -> torch.Tensor:
-        return offset_view(make_x(self.input_seed(seed), self.rank, M, K or case.K, self.world_size,
-                                  kind or case.kind), case.offset, self.device)
+        with phases.phase("inputs"):
+            return offset_view(make_x(self.input_seed(seed), self.rank, M, K or case.K, self.world_size,
+                                      kind or case.kind), case.offset, self.device)
 
     def w(self, case: Case, seed: int, kind: str | None = None, *, N: int | None = None,
           K: int | None = None) -> torch.Tensor:
-        return offset_view(make_w(self.input_seed(seed), self.rank, N or case.N, K or case.K, self.world_size,
-                                  kind or case.kind), case.offset, self.device)
+        with phases.phase("inputs"):
+            return offset_view(make_w(self.input_seed(seed), self.rank, N or case.N, K or case.K,
+                                      self.world_size, kind or case.kind), case.offset, self.device)
 
     def truth(self, case: Case, seed: int, M: int, kind: str | None = None, *, N: int | None = None,
               K: int | None = None):
         dev = self.device if self.device.type == "cuda" else "cpu"
-        return seeded_shard_truth(self.input_seed(seed), kind or case.kind, self.rank, M, N or case.N,
-                                  K or case.K, self.world_size, device=dev)
+        with phases.phase("truth"):
+            return seeded_shard_truth(self.input_seed(seed), kind or case.kind, self.rank, M, N or case.N,
+                                      K or case.K, self.world_size, device=dev)
 
     def rounding_model(self, case: Case, seed: int, M: int, kind: str | None = None):
         """What :func:`properties.bias.no_systematic_bias` needs for this rank's shard of a call at M."""
         from properties.bias import seeded_rounding_model
 
         dev = self.device if self.device.type == "cuda" else "cpu"
-        return seeded_rounding_model(self.input_seed(seed), kind or case.kind, self.rank, M, case.N, case.K,
-                                     self.world_size, device=dev)
+        with phases.phase("truth"):
+            return seeded_rounding_model(self.input_seed(seed), kind or case.kind, self.rank, M, case.N, case.K,
+                                         self.world_size, device=dev)
 
     # synchronisation ----------------------------------------------------------------------------
     def sync(self) -> None:

@@ -129,7 +129,7 @@ def captured_step(ctx: RankContext, layer: DispatchLayer, case: Case, M: int, se
     graph.replay()
     ctx.sync()
     truth = ctx.truth(case, seed + 1, M)
-    ref = reference_gemm_rs(x, w, ctx.group)
+    ref = ctx.reference(x, w)
     res = layer_output(y, truth, ref, valid_rows(M, W, r), case.kind == "exact", r, r * shard_rows(M, W),
                        shard_rows(M, W), case.N, "dispatch_graph_replay")
     del graph

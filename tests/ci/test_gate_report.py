@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fuzz.campaign import default_pools_per_gpu
+from fuzz.topology import default_pools_per_gpu
 from fuzz.summary import summarise
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -272,3 +272,17 @@ def test_each_failure_says_why_in_one_line(tmp_path):
                     5: "no result from rank(s) [1] stacks"}
     md = (tmp_path / "summary.md").read_text()
     assert "  - why: main_path_available (rank 1): the main path 'fused' cannot be built on this host" in md
+
+
+def test_a_hang_says_where_each_rank_was_stuck(tmp_path):
+    """A HANG's one-line reason names each rank's innermost frame of the thread that answered the stack request
+    (its record keeps every rank's whole stacks, native ones included where asked)."""
+    stacks = {"0": 'Thread 0x1 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n'
+                   'Current thread 0x2 (most recent call first):\n  File "/r/kernel/fused/wrapper.py", line 271 in _launch\n'
+                   '  File "/r/fuzz/families/calls.py", line 80 in call\n',
+              "1": "(no stack: the rank did not answer SIGUSR1 — dead or stuck in C code)"}
+    _write(tmp_path, [_row(status="hang", checks=[], ms=(5,), **{"note": "no result from rank(s) [0, 1]",
+                                                                  "stacks": stacks})])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert s["failures"][0]["why"] == ("no result from rank(s) [0, 1]; stuck at: rank 0 _launch (wrapper.py:271), "
+                                       "rank 1 ?")

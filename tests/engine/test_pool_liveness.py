@@ -270,3 +270,41 @@ def test_no_orphans_when_the_driver_is_killed():
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def test_hang_has_native_stacks_when_asked(monkeypatch):
+    """GEMM_RS_NATIVE_STACKS=on: a stuck rank's report also has its C/C++ frames (gdb, py-spy, or /proc's
+    per-thread wait channels) -- what a HANG inside a kernel compile or a device sync needs."""
+    from fuzz import config, native_stacks
+
+    monkeypatch.setenv("GEMM_RS_NATIVE_STACKS", "on")
+    monkeypatch.setattr(config, "_CURRENT", None)
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:HangOnM", world_size=2))
+    try:
+        assert pool.native_stacks
+        report = pool.run(Case("compute", ms=[77], **SMALL), deadline=4)
+        assert report.status == Status.HANG
+        for r in (0, 1):
+            text = report.stacks[r]
+            assert f"--- native stacks of rank {r}" in text, text
+            native = text.split(f"--- native stacks of rank {r}", 1)[1]
+            if native_stacks._command(os.getpid()) is not None:
+                assert any(line.lstrip().startswith("#") for line in native.splitlines()), native
+            else:
+                assert "wchan" in native, native
+        assert "reduce_scatter" in report.stacks[1]  # the Python stack is still there
+    finally:
+        pool.close()
+
+
+def test_native_stacks_setting_and_proc_fallback():
+    from fuzz import native_stacks
+
+    assert native_stacks.wanted(None, "shared-gpu") and native_stacks.wanted("auto", "multi-gpu")
+    assert not native_stacks.wanted("auto", "cpu") and not native_stacks.wanted("off", "shared-gpu")
+    assert native_stacks.wanted("on", "cpu")
+    with pytest.raises(ValueError, match="auto, on or off"):
+        native_stacks.wanted("yes", "cpu")
+    text = native_stacks.proc_threads(os.getpid())
+    assert f"pid {os.getpid()}" in text and "wchan" in text and "tid" in text
+    assert "no /proc entry" in native_stacks.proc_threads(2 ** 30)

@@ -124,33 +124,66 @@ def test_across_nodes_the_gate_runs_world_sizes_that_split_over_the_hosts(monkey
     assert {w for _, t, w in combos if t == "multi-gpu"} == {2, 4, 8}  # up to 4 GPUs on each of 2 hosts
 
 
-def test_shared_gpu_pools_are_dealt_over_gpu_places_largest_w_first(monkeypatch):
+class _Item:
+    """A collected gate test as fuzz/conftest.py sees it."""
+
+    def __init__(self, gate, test):
+        self.callspec = type("CallSpec", (), {"params": {"gate": gate}})()
+        self.originalname = test
+        self.groups = []
+
+    def add_marker(self, mark):
+        self.groups += list(mark.args)
+
+
+TESTS = ("test_compute", "test_layers", "test_capacity", "test_bad_call", "test_graph_replay", "test_streams")
+
+
+def test_gpu_tests_are_dealt_over_places_by_cost(monkeypatch):
+    """Each GPU test (implementation, W, test) goes to one place; the places' estimated loads are balanced to
+    within one test; with one place per GPU everything shares it; cpu tests are not grouped; multi-gpu tests
+    get places of their own."""
     import fuzz.conftest as fc
 
-    class Item:
-        def __init__(self, gate):
-            self.callspec = type("CallSpec", (), {"params": {"gate": gate}})()
-            self.groups = []
-
-        def add_marker(self, mark):
-            self.groups += list(mark.args)
-
     gates = [(i, "shared-gpu", w) for i in ("fused", "unfused") for w in (1, 2, 4, 8)]
-    gates += [("unfused", "cpu", 2), ("fused", "multi-gpu", 2)]
-    monkeypatch.setattr(fc, "gpu_count", lambda: 1)
-    for slots, expect in ((1, {"gpu-0"}), (4, {f"gpu-{k}" for k in range(4)})):
+    gates += [("unfused", "cpu", 2), ("fused", "multi-gpu", 2), ("unfused", "multi-gpu", 2)]
+    for gpus, slots in ((1, 1), (1, 4), (2, 4)):
+        monkeypatch.setattr(fc, "gpu_count", lambda gpus=gpus: gpus)
         monkeypatch.setattr(fc, "pools_per_gpu", lambda slots=slots: slots)
-        items = [Item(g) for g in gates for _ in range(2)]  # two tests per combination
+        items = [_Item(g, t) for g in gates for t in TESTS]
         fc.pytest_collection_modifyitems(None, items)
-        by_gate = {}
-        for it in items:
-            by_gate.setdefault(it.callspec.params["gate"], []).extend(it.groups)
-        assert by_gate[("unfused", "cpu", 2)] == []  # cpu tests spread freely
-        assert by_gate[("fused", "multi-gpu", 2)] == ["multi-gpu"] * 2
-        shared = {g: grp for g, grp in by_gate.items() if g[1] == "shared-gpu"}
-        assert all(len(grp) == 2 and len(set(grp)) == 1 for grp in shared.values())  # one pool, one worker
-        assert {grp[0] for grp in shared.values()} == expect
-    assert by_gate[("fused", "shared-gpu", 8)] != by_gate[("unfused", "shared-gpu", 8)]  # the two W=8 pools apart
+        assert all(it.groups == [] for it in items if it.callspec.params["gate"][1] == "cpu")
+        assert all(len(it.groups) == 1 for it in items if it.callspec.params["gate"][1] != "cpu")
+        shared = [it for it in items if it.callspec.params["gate"][1] == "shared-gpu"]
+        assert {it.groups[0] for it in shared} == {f"gpu-{p}" for p in range(gpus * slots)}
+        multi = {it.groups[0] for it in items if it.callspec.params["gate"][1] == "multi-gpu"}
+        assert multi <= {f"multi-gpu-{p}" for p in range(fc.multi_gpu_places(gpus))}
+        load: dict[str, float] = {}
+        for it in shared:
+            g = it.callspec.params["gate"]
+            load[it.groups[0]] = load.get(it.groups[0], 0.0) + fc.unit_cost(it.originalname, g[2])
+        biggest = max(fc.unit_cost(t, 8) for t in TESTS) + fc.POOL_START_S
+        assert max(load.values()) - min(load.values()) <= biggest, load
+
+
+def test_deal_splits_a_combination_only_when_that_finishes_sooner():
+    from fuzz.conftest import POOL_START_S, deal
+
+    small = {(i, w, t): 1.0 for i in ("fused", "unfused") for w in (2, 4) for t in TESTS}
+    placed = deal(small, 4)  # four combinations of six cheap tests, four places: one place each
+    assert len(set(placed.values())) == 4
+    assert all(len({p for k, p in placed.items() if k[:2] == c}) == 1 for c in {k[:2] for k in small})
+    big = {("fused", 2, "test_compute"): 10 * POOL_START_S, ("fused", 2, "test_layers"): 10 * POOL_START_S}
+    assert len(set(deal(big, 2).values())) == 2
+    assert deal(big, 2) == deal(dict(reversed(list(big.items()))), 2)  # deterministic, whatever the order
+
+
+def test_the_grouping_hook_runs_before_xdists_own():
+    """xdist's worker turns xdist_group marks into node-id suffixes in a hook registered after fuzz/conftest.py;
+    ours must run first or the marks are ignored (every test then ran with a pool of its own)."""
+    import fuzz.conftest as fc
+
+    assert fc.pytest_collection_modifyitems.pytest_impl.get("tryfirst") is True
 
 
 def test_gpu_ranks_share_a_host_wide_kernel_cache_by_default(monkeypatch, tmp_path):
