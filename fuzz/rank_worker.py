@@ -15,6 +15,7 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 import time
 
 
@@ -45,6 +46,22 @@ def _exit_when_driver_dies(driver_pid: int) -> None:
     threading.Thread(target=watch, name="driver-watchdog", daemon=True).start()
 
 
+def _stack_requests() -> None:
+    """The one thread the driver's SIGUSR1 reaches (see :func:`_route_stack_requests`)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    threading.Event().wait()
+
+
+def _route_stack_requests() -> None:
+    """SIGUSR1 blocked in this thread and in every thread created from it from now on (torch's, CUDA's,
+    gloo's, the watchdog), unblocked in one idle Python thread: the driver's process-directed SIGUSR1 always
+    lands there, where faulthandler's C handler dumps every thread's stack even while the main thread is stuck
+    in C code. Without this the kernel picked any thread (on an H200, 6 ranks of 8 in a hung case wrote
+    nothing: the signal went to a CUDA or gloo thread)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    threading.Thread(target=_stack_requests, name="stack-requests", daemon=True).start()
+
+
 def main() -> int:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
@@ -58,6 +75,7 @@ def main() -> int:
     stacks = open(os.path.join(logdir, f"rank{rank}.stacks"), "a", buffering=1)  # noqa: SIM115
     faulthandler.enable(file=stacks, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    _route_stack_requests()
     _die_with_parent()
     if os.environ.get(DRIVER_PID_ENV):  # the driver, or the node agent acting for it on this host
         _exit_when_driver_dies(int(os.environ[DRIVER_PID_ENV]))

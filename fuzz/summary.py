@@ -150,15 +150,21 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
 def stuck_at(stacks: str) -> str:
-    """The innermost Python frame of the thread that answered the stack request (faulthandler's "Current
-    thread", the rank's main thread), as ``func (file:line)``; ``?`` when the rank wrote no stack."""
-    lines = stacks.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith("Current thread")), 0)
-    for ln in lines[start:]:
+    """The innermost Python frame of the rank's main thread (the thread whose stack reaches ``<module>``; else
+    the first one faulthandler printed), as ``func (file:line)``; ``?`` when the rank wrote no stack."""
+    blocks: list[list[re.Match]] = []
+    for ln in stacks.splitlines():
+        if ln.startswith(("Thread ", "Current thread ")):
+            blocks.append([])
         m = _FRAME.search(ln)
-        if m:
-            return f"{m.group(3)} ({os.path.basename(m.group(1))}:{m.group(2)})"
-    return "?"
+        if m and blocks:
+            blocks[-1].append(m)
+    blocks = [b for b in blocks if b]
+    if not blocks:
+        return "?"
+    main = next((b for b in blocks if any(m.group(3) in ("<module>", "_run_module_as_main") for m in b)), blocks[0])
+    m = main[0]
+    return f"{m.group(3)} ({os.path.basename(m.group(1))}:{m.group(2)})"
 
 
 def load_cases(out_dir: str) -> list[dict]:

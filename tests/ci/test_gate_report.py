@@ -277,9 +277,11 @@ def test_each_failure_says_why_in_one_line(tmp_path):
 def test_a_hang_says_where_each_rank_was_stuck(tmp_path):
     """A HANG's one-line reason names each rank's innermost frame of the thread that answered the stack request
     (its record keeps every rank's whole stacks, native ones included where asked)."""
-    stacks = {"0": 'Thread 0x1 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n'
-                   'Current thread 0x2 (most recent call first):\n  File "/r/kernel/fused/wrapper.py", line 271 in _launch\n'
-                   '  File "/r/fuzz/families/calls.py", line 80 in call\n',
+    stacks = {"0": 'Current thread 0x1 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n'
+                   '  File "/r/fuzz/rank_worker.py", line 40 in _stack_requests\n'
+                   'Thread 0x2 (most recent call first):\n  File "/r/kernel/fused/wrapper.py", line 271 in _launch\n'
+                   '  File "/r/fuzz/families/calls.py", line 80 in call\n  File "/r/fuzz/rank_worker.py", line 9 in '
+                   '<module>\n',
               "1": "(no stack: the rank did not answer SIGUSR1 — dead or stuck in C code)"}
     _write(tmp_path, [_row(status="hang", checks=[], ms=(5,), **{"note": "no result from rank(s) [0, 1]",
                                                                   "stacks": stacks})])
