@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -109,6 +110,11 @@ IMPL_ENV = "_GEMM_RS_IMPL"              # the implementation a rank loads
 TOPOLOGY_ENV = "_GEMM_RS_TOPOLOGY"      # the topology a rank runs on
 NODE_ENV = "_GEMM_RS_NODE"              # the node (torchrun agent) a rank belongs to
 KILL_ORDER_ENV = "_GEMM_RS_KILL_ORDER"  # mutants.meta -> mutants.stop_at_first_failure
+
+#: The signal that asks a rank for its stacks (faulthandler, fuzz/rank_worker.py): a real-time signal, since
+#: libraries a rank loads may take SIGUSR1 for themselves (in fused-kernel ranks on an H200 SIGUSR1 stopped
+#: reaching faulthandler once the CuTe DSL runtime had launched a kernel; unfused ranks still answered).
+STACK_SIGNAL = signal.SIGRTMIN + 4
 
 #: Default port of the control channel when a pool spans nodes (node agents must know where to dial).
 MULTI_NODE_CONTROL_PORT = 29510

@@ -20,8 +20,9 @@ import sys
 import time
 
 from . import native_stacks
+from .config import STACK_SIGNAL
 
-#: Seconds ranks get to write their stacks after SIGUSR1.
+#: Seconds ranks get to write their stacks after the stack signal (fuzz.config.STACK_SIGNAL).
 STACKS_WAIT_S = 2.0
 #: Seconds the node waits for its torchrun to exit after a rank died, to read its account of the death.
 EXIT_NOTE_WAIT_S = 10.0
@@ -122,10 +123,10 @@ class LocalNode:
         self._log_offsets = {r: _size(self._log_file(r)) for r in self.procs}
 
     def ask_stacks(self) -> list[int]:
-        """SIGUSR1 to the living ranks (the rank itself only: it would kill a sanitizer leading its group)."""
+        """The stack signal to the living ranks (the rank itself only: it would kill a sanitizer leading its group)."""
         asked = [r for r, p in self.procs.items() if not p.exited()]
         for r in asked:
-            self.procs[r].signal(signal.SIGUSR1)
+            self.procs[r].signal(STACK_SIGNAL)
         return asked
 
     def read_stacks(self, asked: list[int]) -> dict[int, str]:
@@ -137,7 +138,7 @@ class LocalNode:
         out = {}
         for r in self.procs:
             text = _read_from(self._stack_file(r), self._stack_offsets.get(r, 0))
-            out[r] = text if text.strip() else "(no stack: the rank did not answer SIGUSR1 — dead or stuck in C code)"
+            out[r] = text if text.strip() else "(no stack: the rank did not answer the stack signal — dead, or its handler was replaced)"
         if self.native_stacks:
             living = {r: self.procs[r].pid for r in asked if not self.procs[r].exited()}
             for r, text in native_stacks.dump(living).items():

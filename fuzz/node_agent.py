@@ -10,7 +10,7 @@ dials the driver's control channel (``--control-address``), waits for orders and
 * ``pin``      pins the ranks that said hello from this host (pidfds, descends-from-torchrun check, as the
                driver does for its own: fuzz/node.py), so that a kill can never reach a reused pid;
 * ``mark``     notes where a case's logs and stacks start;
-* ``diagnose`` SIGUSR1 to its living ranks, then returns their stacks, log tails and, after a death,
+* ``diagnose`` the stack signal to its living ranks, then returns their stacks, log tails and, after a death,
                torchrun's account of it (the driver cannot signal or read another host's processes);
 * ``kill``     kills its ranks and torchrun and answers when they are gone;
 * ``tails``    log tails, when a start failed.

@@ -9,7 +9,7 @@ peers blocked.
 
 Liveness (CONTRACT.md: nothing hangs):
 
-* deadline passed   -> HANG: every rank's stacks (SIGUSR1: faulthandler dumps all threads) go into the
+* deadline passed   -> HANG: every rank's stacks (the stack signal: faulthandler dumps all threads) go into the
   report, the pool is killed;
 * a rank dies       -> DIED: its socket closes or torchrun exits; reported with torchrun's account of the
   rank and its exit code and the log tails; the driver never waits on a dead rank;

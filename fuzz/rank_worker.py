@@ -4,7 +4,7 @@ Joins the process group for its topology, connects to the driver (``_GEMM_RS_DRI
 (rank, node, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's
 result (its checks, or the traceback of an exception that escaped ``run_case``) as soon as it has it —
 no collective between a case's checks and its result, no verdict agreed among ranks. Its stdout/stderr go to
-``$_GEMM_RS_LOGDIR/rank{r}.log``; SIGUSR1 makes faulthandler write every thread's stack to
+``$_GEMM_RS_LOGDIR/rank{r}.log``; the stack signal (``fuzz.config.STACK_SIGNAL``) makes faulthandler write every thread's stack to
 ``rank{r}.stacks`` (how the driver collects stacks from a hung rank); it dies with its parent (no orphans).
 """
 
@@ -47,18 +47,21 @@ def _exit_when_driver_dies(driver_pid: int) -> None:
 
 
 def _stack_requests() -> None:
-    """The one thread the driver's SIGUSR1 reaches (see :func:`_route_stack_requests`)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    """The one thread the driver's stack request reaches (see :func:`_route_stack_requests`)."""
+    from .config import STACK_SIGNAL
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {STACK_SIGNAL})
     threading.Event().wait()
 
 
 def _route_stack_requests() -> None:
-    """SIGUSR1 blocked in this thread and in every thread created from it from now on (torch's, CUDA's,
-    gloo's, the watchdog), unblocked in one idle Python thread: the driver's process-directed SIGUSR1 always
-    lands there, where faulthandler's C handler dumps every thread's stack even while the main thread is stuck
-    in C code. Without this the kernel picked any thread (on an H200, 6 ranks of 8 in a hung case wrote
-    nothing: the signal went to a CUDA or gloo thread)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    """The stack signal (:data:`fuzz.config.STACK_SIGNAL`) blocked in this thread and in every thread created
+    from it from now on (torch's, CUDA's, gloo's, the watchdog), unblocked in one idle Python thread: the
+    driver's process-directed signal always lands there, where faulthandler's C handler dumps every thread's
+    stack even while the main thread is stuck in C code, whatever thread the kernel would have picked."""
+    from .config import STACK_SIGNAL
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {STACK_SIGNAL})
     threading.Thread(target=_stack_requests, name="stack-requests", daemon=True).start()
 
 
@@ -66,7 +69,7 @@ def main() -> int:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    from .config import DRIVER_ENV, DRIVER_PID_ENV, IMPL_ENV, LOGDIR_ENV, NODE_ENV, TOPOLOGY_ENV
+    from .config import DRIVER_ENV, DRIVER_PID_ENV, IMPL_ENV, LOGDIR_ENV, NODE_ENV, STACK_SIGNAL, TOPOLOGY_ENV
 
     logdir = os.environ[LOGDIR_ENV]
     log = open(os.path.join(logdir, f"rank{rank}.log"), "a", buffering=1)  # noqa: SIM115
@@ -74,7 +77,7 @@ def main() -> int:
     os.dup2(log.fileno(), 2)
     stacks = open(os.path.join(logdir, f"rank{rank}.stacks"), "a", buffering=1)  # noqa: SIM115
     faulthandler.enable(file=stacks, all_threads=True)
-    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     _route_stack_requests()
     _die_with_parent()
     if os.environ.get(DRIVER_PID_ENV):  # the driver, or the node agent acting for it on this host

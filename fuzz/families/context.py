@@ -38,11 +38,16 @@ class TpGroup:
     handle: object = None
 
 
+#: Cases a rank's instances live for before they are all closed (see :meth:`RankContext.begin_case`).
+INSTANCE_LIFETIME_CASES = 16
+
+
 @dataclass
 class _Shared:
     """What every view of one rank shares: instances, process groups, the running case's ledger."""
 
     impls: dict = field(default_factory=dict)      # (group members, max_M, N, K) -> instance
+    cases: int = 0                                 # cases begun on this rank (the same count on every rank)
     groups: dict = field(default_factory=dict)     # group members -> process group (every layout's groups)
     sync_group: object = None                      # the harness's own world-wide gloo group (sync_world)
     calls: CaseCalls | None = None
@@ -155,14 +160,25 @@ class RankContext:
                 for (g, m, n, k), impl in self._impls.items() if g != besides}
 
     def close(self) -> None:
-        for impl in self._impls.values():
-            close_impl(impl)
+        """Close every held instance, in the order of their keys: closing is collective on an instance's group,
+        and one global order over every rank's subset of the groups cannot deadlock."""
+        for key in sorted(self._impls):
+            close_impl(self._impls[key])
         self._impls.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # the freed workspaces go back to the GPU the other pools share
 
     # the checked call --------------------------------------------------------------------------
     def begin_case(self) -> CaseCalls:
         """A new ledger of this case's calls (results held, per-call checks), shared by this rank's group
-        views of the case."""
+        views of the case. Every :data:`INSTANCE_LIFETIME_CASES` cases the held instances are closed first
+        (every rank of the pool counts the same cases, so they all close at the same case): long-lived enough
+        to alternate M across cases as a server does, short-lived enough that a pool's instances of every
+        shape drawn do not fill the GPU the other pools share (seen on an H200: out of memory with 4 pools
+        per GPU after a few hundred cases)."""
+        self._shared.cases += 1
+        if self._shared.cases % INSTANCE_LIFETIME_CASES == 0:
+            self.close()
         self._shared.calls = CaseCalls(self.rank, self.world_size)
         return self._shared.calls
 

@@ -282,7 +282,7 @@ def test_a_hang_says_where_each_rank_was_stuck(tmp_path):
                    'Thread 0x2 (most recent call first):\n  File "/r/kernel/fused/wrapper.py", line 271 in _launch\n'
                    '  File "/r/fuzz/families/calls.py", line 80 in call\n  File "/r/fuzz/rank_worker.py", line 9 in '
                    '<module>\n',
-              "1": "(no stack: the rank did not answer SIGUSR1 — dead or stuck in C code)"}
+              "1": "(no stack: the rank did not answer the stack signal — dead, or its handler was replaced)"}
     _write(tmp_path, [_row(status="hang", checks=[], ms=(5,), **{"note": "no result from rank(s) [0, 1]",
                                                                   "stacks": stacks})])
     s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
