@@ -75,8 +75,10 @@ outside_rank_untouched; then every rank makes one verified call on the world (``
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
+import zlib
 from dataclasses import asdict, dataclass, field
 
 from .layouts import describe as describe_layout
@@ -163,12 +165,30 @@ class PoolSpec:
         return (self.impl, self.topology, self.world_size, self.optimize, self.sanitizer, self.nnodes)
 
 
-def repro_command(case: Case, spec: PoolSpec) -> str:
-    """One command that reruns exactly this case on a fresh pool of the same kind."""
+def repro_command(case: Case, spec: PoolSpec, history: list[Case] | None = None) -> str:
+    """One command that reruns exactly this case on a fresh pool of the same kind; ``history``: the cases the
+    failing pool ran before it, replayed first (``--history``, :func:`encode_history`)."""
     py = "python -O" if spec.optimize else "python"
     return (
         f"{py} -m fuzz.repro --impl {shlex.quote(spec.impl)} --topology {spec.topology} "
         f"--world-sizes {spec.world_size} --case {shlex.quote(case.to_json())}"
+        + (f" --history {encode_history(history)}" if history else "")
         + (f" --sanitizer {spec.sanitizer}" if spec.sanitizer else "")
         + (f" --nnodes {spec.nnodes}" if spec.nnodes > 1 else "")
     )
+
+
+def encode_history(cases: list[Case]) -> str:
+    """Cases as one shell-safe word: ``z:`` + urlsafe base64 of the zlib-compressed JSON list."""
+    raw = json.dumps([json.loads(c.to_json()) for c in cases], separators=(",", ":")).encode()
+    return "z:" + base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode()
+
+
+def decode_history(text: str) -> list[Case]:
+    """The inverse of :func:`encode_history`; a plain JSON list of cases is accepted too."""
+    if text.startswith("z:"):
+        text = zlib.decompress(base64.urlsafe_b64decode(text[2:].encode())).decode()
+    items = json.loads(text)
+    if not isinstance(items, list):
+        raise ValueError("--history must be a list of cases")
+    return [Case.from_json(json.dumps(c)) for c in items]

@@ -1,20 +1,22 @@
-"""The check every fuzz test makes: run a case on a pool, record it, and fail with the full report
-(exceptions first, every failed check, stacks, the REPRO line) unless it passed.
+"""The check every fuzz test makes: run a case on a pool, record it, and fail with the full report (exceptions first,
+every failed check, stacks, the REPRO line) unless it passed.
 
 A case whose every check was skipped is recorded (with the reasons) and then:
-* skipped because of this example (an M the implementation waives, ``per_example``): rejected, so
-  Hypothesis draws another and the test still makes its number of *checked* examples — one waived M
-  must not skip the whole test;
-* skipped for the whole family (a waived clause: no capacity bound, no graphs): the test is skipped with
-  the reason, never counted as passed.
 
-A failing case is re-run once on a fresh pool and labelled reproducible or flaky
-(:func:`fuzz.verdict.confirm`). Only the failure Hypothesis reports is re-run, not every failing example
-of the search and the shrinking (that would double the cost of shrinking): those are recorded as they
-are (their pool is killed and the next example starts a fresh one, nothing more). Hypothesis always
-replays its final, shrunk failure once more (``is_final``) before reporting it; that replay *is* the
-re-run — on a fresh pool, judged against the failure remembered from the search — so confirming costs no
-extra case, only the fresh pool. Outside Hypothesis (a plain call) the re-run follows the failure at once.
+* skipped because of this example (an M the implementation waives, ``per_example``): rejected, so Hypothesis draws
+  another and the test still makes its number of *checked* examples — one waived M must not skip the whole test;
+* skipped for the whole family (a waived clause: no capacity bound, no graphs): the test is skipped with the
+  reason, never counted as passed.
+
+A failing case is re-run once on a fresh pool and labelled reproducible or flaky (:func:`fuzz.verdict.confirm`); the
+fresh pool first replays the cases the failing pool had run (its history, up to :data:`fuzz.pool.HISTORY_CASES`), so
+a failure that needs what came before — state left by an earlier case, a counter that drifted — reproduces, and its
+REPRO line replays the same history. Only the failure Hypothesis reports is re-run, not every failing example of the
+search and the shrinking (that would double the cost of shrinking): those are recorded as they are (their pool is
+killed and the next example starts a fresh one, nothing more). Hypothesis always replays its final, shrunk failure
+once more (``is_final``) before reporting it; that replay *is* the re-run — on a fresh pool, judged against the
+failure remembered from the search — so confirming costs no extra case, only the fresh pool. Outside Hypothesis (a
+plain call) the re-run follows the failure at once.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def run_confirmed(pool: RankPool, case: Case, deadline: float | None = None,
             del _SEARCH_FAILURES[stale]
     if first is not None and not CONFIRM_FAILURES:
         return first, False
-    report = pool.run(case, deadline=deadline, fresh=first is not None)
+    report = pool.run(case, deadline=deadline, fresh=first is not None,
+                      replay=first.history if first is not None else None)
     if first is not None:
         return confirm(first, report), True
     if report.status.ok:
@@ -79,7 +82,7 @@ def run_confirmed(pool: RankPool, case: Case, deadline: float | None = None,
         return report, True
     if not CONFIRM_FAILURES:
         return report, True
-    return confirm(report, pool.run(case, deadline=deadline, fresh=True)), True
+    return confirm(report, pool.run(case, deadline=deadline, fresh=True, replay=report.history)), True
 
 
 def check_case(pool: RankPool, case: Case, deadline: float | None = None) -> None:

@@ -68,7 +68,7 @@ def proc_threads(pid: int) -> str:
         return f"(no /proc entry for pid {pid}: {exc})"
     lines = [f"pid {pid}: {len(tids)} threads (no gdb or py-spy on this host: /proc's view)"]
     for tid in tids:
-        def read(name: str) -> str:
+        def read(name: str, tid: str = tid) -> str:
             try:
                 with open(os.path.join(base, tid, name)) as f:
                     return f.read().strip()

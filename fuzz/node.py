@@ -138,7 +138,8 @@ class LocalNode:
         out = {}
         for r in self.procs:
             text = _read_from(self._stack_file(r), self._stack_offsets.get(r, 0))
-            out[r] = text if text.strip() else "(no stack: the rank did not answer the stack signal — dead, or its handler was replaced)"
+            out[r] = text if text.strip() else ("(no stack: the rank did not answer the stack signal — dead, or its "
+                                                "handler was replaced)")
         if self.native_stacks:
             living = {r: self.procs[r].pid for r in asked if not self.procs[r].exited()}
             for r, text in native_stacks.dump(living).items():

@@ -61,6 +61,8 @@ DEFAULT_DEADLINE = current().number("case_deadline")
 START_TIMEOUT = 180.0
 #: Threads per rank (torch intra-op): ranks share the host's cores.
 RANK_THREADS = "1"
+#: Cases of a pool's history a failing report keeps (and a confirmation replays first).
+HISTORY_CASES = 32
 #: Seconds node agents get to answer the driver (a kill waits for ranks to be gone; a diagnosis for stacks).
 AGENT_REPLY_S = 20.0
 
@@ -81,6 +83,7 @@ class RankPool:
         self.starts = 0
         self.start_seconds: list[float] = []
         self.cases_since_start = 0
+        self.history: list[Case] = []  # the cases run since the pool started (the last HISTORY_CASES)
         self._server: socket.socket | None = None  # kept while the pool lives when it spans nodes
         self._ids = itertools.count()
         atexit.register(self.close)
@@ -193,6 +196,7 @@ class RankPool:
                 server.close()
         self.starts += 1
         self.cases_since_start = 0
+        self.history = []
         self.start_seconds.append(time.perf_counter() - t0)
 
     def _await_agents(self, server: socket.socket, deadline: float, driver: str) -> None:
@@ -268,14 +272,25 @@ class RankPool:
         self.hello = {}
 
     # cases ---------------------------------------------------------------------------------
-    def run(self, case: Case, deadline: float | None = None, *, fresh: bool = False) -> CaseReport:
+    def run(self, case: Case, deadline: float | None = None, *, fresh: bool = False,
+            replay: list[Case] | None = None) -> CaseReport:
         """Run ``case`` on every rank and judge it. ``fresh``: on a pool that has run no case yet (a
-        re-run that must not inherit anything)."""
+        re-run that must not inherit anything); ``replay``: on a fresh pool that first runs these cases (the
+        history of the pool a failure happened on, :attr:`CaseReport.history`). A failing report carries the
+        pool's own history (the last :data:`HISTORY_CASES` cases since it started)."""
         deadline = DEFAULT_DEADLINE if deadline is None else deadline
-        if fresh and self.cases_since_start:
+        if (fresh or replay) and self.cases_since_start:
             self.kill()
+        if replay:
+            for earlier in replay:
+                before = self.run(earlier, deadline)
+                if not before.status.ok:
+                    before.note = (f"replaying the failing pool's history: earlier case {replay.index(earlier) + 1} "
+                                   f"of {len(replay)} did not pass\n{before.note}")
+                    return before
         if not self.alive:
             self.start()
+        history = list(self.history)
         self.cases_since_start += 1
         case_id = next(self._ids)
         t0 = time.perf_counter()
@@ -287,7 +302,9 @@ class RankPool:
         report = CaseReport(case=case, spec=self.spec, status=status, ranks=results,
                             note="\n".join(p for p in (note, why) if p))
         report.seconds = time.perf_counter() - t0
+        self.history = (self.history + [case])[-HISTORY_CASES:]
         if not status.ok:
+            report.history = history
             stacks = liveness is not None or set(results) != set(self.hello)  # where is everyone who did not answer
             notes = dead if liveness == Status.DIED else set()
             report_stacks, report.logs, exit_notes = self._diagnose(stacks, notes)

@@ -1,11 +1,12 @@
 """Entry point of one rank of a pool: ``torchrun ... -m fuzz.rank_worker``.
 
-Joins the process group for its topology, connects to the driver (``_GEMM_RS_DRIVER``=host:port), says hello
-(rank, node, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's
-result (its checks, or the traceback of an exception that escaped ``run_case``) as soon as it has it —
-no collective between a case's checks and its result, no verdict agreed among ranks. Its stdout/stderr go to
-``$_GEMM_RS_LOGDIR/rank{r}.log``; the stack signal (``fuzz.config.STACK_SIGNAL``) makes faulthandler write every thread's stack to
-``rank{r}.stacks`` (how the driver collects stacks from a hung rank); it dies with its parent (no orphans).
+Joins the process group for its topology, connects to the driver (``_GEMM_RS_DRIVER``=host:port), says hello (rank,
+node, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's result (its
+checks, or the traceback of an exception that escaped ``run_case``) as soon as it has it — no collective between a
+case's checks and its result, no verdict agreed among ranks. Its stdout/stderr go to
+``$_GEMM_RS_LOGDIR/rank{r}.log``; the stack signal (``fuzz.config.STACK_SIGNAL``) makes faulthandler write every
+thread's stack to ``rank{r}.stacks`` (how the driver collects stacks from a hung rank); it dies with its parent (no
+orphans).
 """
 
 from __future__ import annotations

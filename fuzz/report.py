@@ -29,6 +29,9 @@ class CaseReport:
     #: set when a failing case was re-run once on a fresh pool (fuzz.verdict.confirm)
     reproducibility: Reproducibility | None = None
     rerun_status: Status | None = None
+    #: the cases the pool ran before this one since it started (a failing report's; replayed before the
+    #: case when it is confirmed or reproduced: a bug that needs what came before still reproduces)
+    history: list[Case] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -63,7 +66,7 @@ class CaseReport:
         return out
 
     def repro(self) -> str:
-        return repro_command(self.case, self.spec)
+        return repro_command(self.case, self.spec, self.history)
 
     def render(self, max_failures: int = 6) -> str:
         from .render import render_report

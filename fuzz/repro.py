@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from . import config
-from .case import Case, PoolSpec
+from .case import Case, PoolSpec, decode_history
 from .pool import RankPool
 from .record import record
 
@@ -22,6 +22,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fuzz.repro", description=__doc__.splitlines()[0])
     config.add_to_parser(ap, "fuzz.repro")
     ap.add_argument("--case", required=True, help="the case as JSON (from a REPRO line)")
+    ap.add_argument("--history", default=None, help="cases the failing pool ran before it (from a REPRO line): "
+                    "replayed first, on the same fresh pool")
     ap.add_argument("--deadline", dest="case_deadline", default=None, help=argparse.SUPPRESS)  # old spelling
     ap.add_argument("--sanitizer", default=None, help="run the ranks under compute-sanitizer --tool=THIS")
     args = ap.parse_args(argv)
@@ -29,6 +31,7 @@ def main(argv=None) -> int:
     if not cfg.world_sizes:
         ap.error("--world-sizes is required (the W of the REPRO line)")
     case = Case.from_json(args.case)
+    history = decode_history(args.history) if args.history else []
     ok = True
     for impl in cfg.csv("impl") or ["unfused"]:
         for w in (int(x) for x in cfg.csv("world_sizes")):
@@ -36,7 +39,7 @@ def main(argv=None) -> int:
                             sanitizer=args.sanitizer, nnodes=cfg.integer("nnodes") or 1)
             pool = RankPool(spec, gpus=None)
             try:
-                report = pool.run(case, deadline=cfg.number("case_deadline"))
+                report = pool.run(case, deadline=cfg.number("case_deadline"), replay=history or None)
             finally:
                 pool.close()
             record(report, "fuzz.repro")  # with --report-dir / GEMM_RS_REPORT_DIR: a case record, as the gate's

@@ -18,8 +18,8 @@ import re
 import sys
 from collections import Counter, defaultdict
 
-from .status import Reproducibility, Status
 from .phases import PHASES
+from .status import Reproducibility, Status
 
 
 def _generic(reason: str) -> str:
@@ -141,7 +141,8 @@ def failure_reason(row: dict, limit: int = 400) -> str:
         text = (row.get("note") or "").strip()
         where = {r: stuck_at(t) for r, t in (row.get("stacks") or {}).items()}
         if where:
-            text += "; stuck at: " + ", ".join(f"rank {r} {w}" for r, w in sorted(where.items(), key=lambda kv: int(kv[0])))
+            ordered = sorted(where.items(), key=lambda kv: int(kv[0]))
+            text += "; stuck at: " + ", ".join(f"rank {r} {w}" for r, w in ordered)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

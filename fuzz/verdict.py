@@ -72,12 +72,16 @@ def confirm(first: CaseReport, rerun: CaseReport) -> CaseReport:
         raise ValueError(f"only a failing case is confirmed, not a {first.status} one")
     if rerun.status.ok:
         shown = dataclasses.replace(first, reproducibility=Reproducibility.FLAKY, rerun_status=rerun.status)
-        shown.note = _join(shown.note, f"FLAKY: re-run once on a fresh pool, the case {rerun.status} "
+        after = f" after replaying the {len(first.history)} case(s) the pool had run before it" if first.history else ""
+        shown.note = _join(shown.note, f"FLAKY: re-run once on a fresh pool{after}, the case {rerun.status} "
                                        f"({rerun.seconds:.2f}s); the first run's failure is shown")
         return shown
     shown = dataclasses.replace(rerun, reproducibility=Reproducibility.REPRODUCIBLE, rerun_status=rerun.status)
     again = "the same way" if rerun.status == first.status else f"as {rerun.status} (first run: {first.status})"
-    shown.note = _join(f"REPRODUCIBLE: re-run once on a fresh pool, the case failed again {again}", rerun.note)
+    after = (f" after replaying the {len(first.history)} case(s) the pool had run before it (the REPRO line "
+             f"replays them too)") if first.history else ""
+    shown.note = _join(f"REPRODUCIBLE: re-run once on a fresh pool{after}, the case failed again {again}",
+                       rerun.note)
     return shown
 
 

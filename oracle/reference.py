@@ -1,5 +1,5 @@
-"""The oracle, exactly as CONTRACT.md defines it: per rank a torch GEMM (fp32 accumulation) on x_r zero-padded to W*S rows,
-then ``reduce_scatter_tensor`` over the group (NCCL across GPUs; gloo on CPU or when ranks share a GPU,
+"""The oracle, exactly as CONTRACT.md defines it: per rank a torch GEMM (fp32 accumulation) on x_r zero-padded
+to W*S rows, then ``reduce_scatter_tensor`` over the group (NCCL across GPUs; gloo on CPU or when ranks share a GPU,
 staged through host memory). Deliberately independent of kernel/: it allocates, it syncs, it shares
 no buffer or helper with the implementations it judges."""
 

@@ -22,7 +22,6 @@ import torch
 from oracle import make_w, make_x, reference_gemm_rs, seeded_shard_truth
 
 from .. import phases
-
 from ..case import Case
 from ..layouts import Layout, check_layout, replica_seed
 from .calls import CaseCalls, raised_by_call

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from fuzz.topology import default_pools_per_gpu
 from fuzz.summary import summarise
+from fuzz.topology import default_pools_per_gpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

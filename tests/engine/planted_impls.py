@@ -79,3 +79,22 @@ class DiesOnRemoteNode(UnfusedGemmRs):
         if M == TRIGGER_M and _node() != 0 and int(os.environ.get("LOCAL_RANK", "0")) == 1:
             os._exit(17)
         return super()._run(x, w, out, M)
+
+
+class WrongAfterThreeInstances(UnfusedGemmRs):
+    """A bug that needs what the pool ran before: at M == 55 the result is doubled once this process has
+    built three or more instances (state left by earlier cases, like a counter that drifts). A fresh pool
+    passes the case alone; replaying the failing pool's history first must reproduce it."""
+
+    name = "planted-wrong-after-three-instances"
+    built = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        type(self).built += 1
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if M == TRIGGER_M and type(self).built >= 3:
+            y.mul_(2)
+        return y

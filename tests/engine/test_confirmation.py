@@ -62,3 +62,32 @@ def test_a_failure_that_passes_on_a_fresh_pool_is_labelled_flaky(tmp_path):
     assert report.rerun_status == Status.PASSED
     assert {c["name"] for c in report.failed_checks()} >= {"within_tolerance"}
     assert "(FLAKY)" in report.render().splitlines()[0]
+
+
+def test_a_failure_that_needs_the_pools_history_reproduces_with_it():
+    """Two passing cases build two instances; the third case (a third shape, M = 55) fails. Alone on a fresh
+    pool it passes, so without the history the failure would be labelled flaky; the confirmation replays the
+    failing pool's history first and reproduces it, and the REPRO line carries that history."""
+    import subprocess
+    import sys
+
+    from fuzz.case import decode_history
+
+    pool = RankPool(PoolSpec(impl="tests.engine.planted_impls:WrongAfterThreeInstances", world_size=2))
+    earlier = [Case("compute", ms=[7], seed=1, N=64, K=64, max_M=128),
+               Case("compute", ms=[9], seed=2, N=32, K=64, max_M=128)]
+    case = Case("compute", ms=[55], seed=3, N=16, K=64, max_M=128)
+    try:
+        assert all(pool.run(c).passed for c in earlier)
+        shown, _ = run_confirmed(pool, case)
+        assert shown.status == Status.FAILED and shown.reproducibility == Reproducibility.REPRODUCIBLE
+        assert "after replaying the 2 case(s) the pool had run before it" in shown.note
+        assert decode_history(shown.repro().split("--history ")[1].split()[0]) == earlier
+        assert pool.run(case, fresh=True).passed  # alone on a fresh pool it passes: the history is what fails it
+    finally:
+        pool.close()
+    argv = shown.repro().split()
+    proc = subprocess.run([sys.executable, "-m", "fuzz.repro", *argv[argv.index("--impl"):argv.index("--case")],
+                           "--case", case.to_json(), "--history", argv[argv.index("--history") + 1]],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "verdict: FAILED" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
