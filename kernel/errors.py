@@ -43,5 +43,11 @@ class UnsupportedConfigError(GemmRsError, ValueError):
     """The implementation does not support this group size, N, K or machine (see ``can_run``)."""
 
 
+class SymmetricMemoryMismatch(GemmRsError, RuntimeError):
+    """The ranks of a group cannot rendezvous symmetric memory together: their processes made different
+    numbers of rendezvous before (torch numbers its store exchanges per process, not per group, so the
+    rendezvous would wait forever). Raised on every rank of the group, instead of a hang."""
+
+
 class FusedPathUnavailable(UnsupportedConfigError):
     """The fused path was forced where ``can_run`` says no."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 import kernel.errors as kerr
-from properties import main_path_available, skipped
+from properties import call_raised, main_path_available, skipped
 from properties.result import CheckResult
 
 from ..case import Case
@@ -55,6 +55,8 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
       (``supports``), a passed ``unsupported_shape_handled`` (:mod:`.support`: the typed rejection it owes);
     * an instance for an undeclared (N, K): ``unsupported_shape_handled`` first (can_run must say no; the
       calls take the fallback, or, with none, one call raises its typed error and the family does not run);
+    * the implementation's construction raising any other typed error (e.g. ``SymmetricMemoryMismatch``): one
+      failed ``call_raised`` check (the implementation failed, not the harness);
     * the host cannot build the implementation's main path: one failed ``main_path_available`` check;
     * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there);
     * ``case.layout``: the family on each TP group of the layout at once, then a world call
@@ -81,8 +83,9 @@ def run_family(ctx: RankContext, case: Case, runner) -> list[CheckResult]:
     except kerr.GemmRsError as exc:
         if case.family == "byte_boundary":  # a size it cannot serve, refused with a typed error: clean
             return [byte_boundary.rejected(exc, case, "construction", rank=ctx.rank)]
-        if not isinstance(exc, kerr.UnsupportedConfigError):
-            raise
+        if not isinstance(exc, kerr.UnsupportedConfigError):  # a typed error the implementation chose to raise
+            return [call_raised(exc, rank=ctx.rank, what=f"building the instance (max_M={case.max_M}, N={case.N}, "
+                                                         f"K={case.K}) on group {list(ctx.tp.members)}")]
         if undeclared:
             return [support.construction_rejected(exc, case, shape.reason, rank=ctx.rank)]
         return [skipped("unsupported_config", f"construction raised {type(exc).__name__}: {exc}", rank=ctx.rank)]

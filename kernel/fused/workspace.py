@@ -73,6 +73,39 @@ def use_cuda_backend(device) -> None:
         pass
 
 
+#: Symmetric-memory rendezvous this process made through :class:`SymmetricWorkspace` (see
+#: :func:`check_rendezvous_agreement`).
+_RENDEZVOUS_MADE = [0]
+
+
+def check_rendezvous_agreement(group) -> None:
+    """Raise :class:`kernel.errors.SymmetricMemoryMismatch` on every rank of ``group`` when its ranks' processes
+    made different numbers of rendezvous through this module, instead of the hang that follows.
+
+    torch's CUDA symmetric memory exchanges rendezvous metadata through the group's store under keys numbered
+    by a counter of the *process* (``StoreExchange::seq_id_``, torch/csrc/distributed/c10d/symm_mem/
+    CUDASymmetricMemoryUtils.hpp, 2.11 and main as of 2026-11): every rendezvous on any group advances it. After
+    an instance on a subgroup that some ranks of a later group were not in (ranks 1 and 3 of 4, say), the later
+    rendezvous of a group spanning both waits forever for keys nobody writes. Seen on an H200 as gate HANGs
+    with every rank in ``rendezvous``, passing on a fresh pool: the first subgroup instance was cases earlier.
+    Only this module's rendezvous are counted; the check is one ``all_gather_object`` on the group (gloo or
+    NCCL), collective like the construction it guards."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    made: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(made, _RENDEZVOUS_MADE[0], group=group)
+    if len(set(made)) > 1:
+        from kernel.errors import SymmetricMemoryMismatch
+
+        raise SymmetricMemoryMismatch(
+            f"the ranks of this group made different numbers of symmetric-memory rendezvous before this one "
+            f"(per group rank: {made}): torch numbers its rendezvous store exchanges per process, so this one "
+            f"would wait forever. Create instances on subgroups on every rank of the world alike (the same "
+            f"number of them), or the world's instances first")
+
+
 class WorkspaceLayout:
     """Byte offsets of the sections for (W, max_M, N, slots)."""
 
@@ -113,7 +146,9 @@ class SymmetricWorkspace:
         self.guard_b.copy_(self.guard_b_expected)
         self.flags[DEVICE_WORD] = device_id(device)
         torch.cuda.synchronize(device)  # zeroed flags are in memory before any peer can see the buffer
+        check_rendezvous_agreement(group)
         self.handle = symm_mem.rendezvous(self.buf, group if group is not None else dist.group.WORLD)
+        _RENDEZVOUS_MADE[0] += 1
         self.rank = int(self.handle.rank)
         base = [int(p) for p in self.handle.buffer_ptrs]
         self.partial_ptrs = base

@@ -157,3 +157,16 @@ def planted_rank_failures(rank: int, world_size: int, *, hang_s: float):
 
         time.sleep(hang_s)
     return [], None
+
+
+def rendezvous_agreement(rank: int, world_size: int, *, made: list[int]):
+    """Rank r's process has made ``made[r]`` rendezvous through the fused workspace; the agreement check before
+    the next one. info: what it raised on this rank (None: nothing)."""
+    from kernel.fused import workspace
+
+    workspace._RENDEZVOUS_MADE[0] = made[rank]
+    try:
+        workspace.check_rendezvous_agreement(None)
+    except Exception as exc:  # noqa: BLE001 -- reported to the test, which judges it
+        return [], {"raised": type(exc).__name__, "message": str(exc)}
+    return [], {"raised": None}
