@@ -84,10 +84,11 @@ def check_rendezvous_agreement(group) -> None:
 
     torch's CUDA symmetric memory exchanges rendezvous metadata through the group's store under keys numbered
     by a counter of the *process* (``StoreExchange::seq_id_``, torch/csrc/distributed/c10d/symm_mem/
-    CUDASymmetricMemoryUtils.hpp, 2.11 and main as of 2026-11): every rendezvous on any group advances it. After
-    an instance on a subgroup that some ranks of a later group were not in (ranks 1 and 3 of 4, say), the later
-    rendezvous of a group spanning both waits forever for keys nobody writes. Seen on an H200 as gate HANGs
-    with every rank in ``rendezvous``, passing on a fresh pool: the first subgroup instance was cases earlier.
+    CUDASymmetricMemoryUtils.hpp, 2.11; pytorch/pytorch#196082, a fix proposed in #196350): every rendezvous on
+    any group advances it. After an instance on a subgroup that some ranks of a later group were not in (ranks 1
+    and 3 of 4, say), the later rendezvous of a group spanning both waits forever for keys nobody writes. Seen on
+    an H200 as gate HANGs with every rank in ``rendezvous``, passing on a fresh pool: the first subgroup instance
+    was cases earlier.
     Only this module's rendezvous are counted; the check is one ``all_gather_object`` on the group (gloo or
     NCCL), collective like the construction it guards."""
     import torch.distributed as dist
