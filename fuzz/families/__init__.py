@@ -55,8 +55,9 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
       (``supports``), a passed ``unsupported_shape_handled`` (:mod:`.support`: the typed rejection it owes);
     * an instance for an undeclared (N, K): ``unsupported_shape_handled`` first (can_run must say no; the
       calls take the fallback, or, with none, one call raises its typed error and the family does not run);
-    * the implementation's construction raising any other typed error (e.g. ``SymmetricMemoryMismatch``): one
-      failed ``call_raised`` check (the implementation failed, not the harness);
+    * the implementation's construction raising anything else (a typed error such as
+      ``SymmetricMemoryMismatch``, a ``RuntimeError`` from CUDA or torch): one failed ``call_raised`` check (the
+      implementation failed on a configuration it accepts, not the harness);
     * the host cannot build the implementation's main path: one failed ``main_path_available`` check;
     * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there);
     * ``case.layout``: the family on each TP group of the layout at once, then a world call
@@ -89,6 +90,9 @@ def run_family(ctx: RankContext, case: Case, runner) -> list[CheckResult]:
         if undeclared:
             return [support.construction_rejected(exc, case, shape.reason, rank=ctx.rank)]
         return [skipped("unsupported_config", f"construction raised {type(exc).__name__}: {exc}", rank=ctx.rank)]
+    except Exception as exc:  # noqa: BLE001 -- the implementation's own constructor failed: its failure, not ours
+        return [call_raised(exc, rank=ctx.rank, what=f"building the instance (max_M={case.max_M}, N={case.N}, "
+                                                     f"K={case.K}) on group {list(ctx.tp.members)}")]
     available = main_path_available(impl.main_path_support(), main_path=impl.main_path, rank=ctx.rank)
     if not available.passed:  # (a pass is not reported: a case whose checks were all skipped stays skipped)
         return [available]

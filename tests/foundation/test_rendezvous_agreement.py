@@ -33,3 +33,18 @@ def test_a_typed_construction_error_is_a_failed_check_not_a_harness_error():
     [raised] = failed_checks(checks, "call_raised")
     assert "building the instance (max_M=64, N=64, K=64)" in raised.detail
     assert "SymmetricMemoryMismatch: planted: counts differ" in raised.detail
+
+
+def test_any_exception_of_the_constructor_is_the_implementations_failure():
+    """A constructor that crashes on a configuration it does not refuse (RuntimeError from CUDA or torch, a
+    KeyError of its own) fails the case with call_raised -- never an ERROR of the harness, which the kill matrix
+    would not count."""
+    from _in_process import failed_checks, run_on_one_cpu_rank
+
+    class Crashes:
+        def __init__(self, group=None, *, max_M, N, K, device):
+            raise RuntimeError("planted: CUDA error: an illegal memory access was encountered")
+
+    checks = run_on_one_cpu_rank(Crashes, Case("compute", seed=1, N=64, K=64, max_M=64, ms=[3]))
+    [raised] = failed_checks(checks, "call_raised")
+    assert "building the instance" in raised.detail and "RuntimeError: planted: CUDA error" in raised.detail
