@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fuzz.case import Case, PoolSpec  # noqa: E402
-from fuzz.phases import PHASES, slowest_rank  # noqa: E402
+from fuzz.phases import PHASES, harness_seconds, slowest_rank  # noqa: E402
 from fuzz.pool import RankPool  # noqa: E402
 from fuzz.topology import gpu_count  # noqa: E402
 
@@ -82,9 +82,8 @@ def _run_pool(spec: PoolSpec, cases: list[Case], gpus, rows: list[dict]) -> None
             total = time.perf_counter() - t
             rank_s = max((m.get("seconds", 0.0) for m in report.ranks.values()), default=0.0)
             shape = (case.N, case.K)
-            phases = slowest_rank({r: m["phases"] for r, m in report.ranks.items() if m.get("phases")})
             rows.append({"status": str(report.status), "total": total, "rank": rank_s, "cold": shape not in seen,
-                         "phases": phases})
+                         "phases": slowest_rank(report.ranks)})
             seen.add(shape)
             if not report.passed:
                 seen.clear()  # the pool restarts after a non-pass: its next case of each shape is cold again
@@ -97,7 +96,7 @@ def _phase_means(rows: list[dict]) -> dict[str, float]:
     if not rows:
         return {}
     out = {p: statistics.mean(r["phases"].get(p, 0.0) for r in rows) for p in PHASES}
-    out["harness"] = statistics.mean(max(0.0, r["total"] - sum(r["phases"].values())) for r in rows)
+    out["harness"] = statistics.mean(harness_seconds(r["total"], r["phases"]) for r in rows)
     return out
 
 

@@ -22,8 +22,6 @@ LEASE_WAIT_S = 1800.0
 
 _POOLS: dict[tuple, RankPool] = {}
 _LEASES: dict[str, object] = {}
-#: shared-gpu (impl, W) -> the place (GPU slot) of its first test, set at collection
-_PLACE: dict[tuple[str, int], int] = {}
 #: the shared-gpu place of the running test (pytest_runtest_setup), None outside a shared-gpu test
 _RUNNING_PLACE: list = [None]
 
@@ -173,9 +171,6 @@ def pytest_collection_modifyitems(config, items):
             units[gate[1]][(gate[0], gate[2], item.originalname)] = unit_cost(item.originalname, gate[2])
     placed = {"shared-gpu": deal(units["shared-gpu"], gpus * pools_per_gpu()),
               "multi-gpu": deal(units["multi-gpu"], multi_gpu_places(gpus))}
-    _PLACE.clear()
-    for (impl, w, _test), place in placed["shared-gpu"].items():
-        _PLACE.setdefault((impl, w), place)
     for item in items:
         gate = _gate_of(item)
         if not gate or gate[1] not in units:
@@ -200,8 +195,7 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
             if need > gpu_count():
                 pytest.skip(f"{topology} at W={world_size} needs {need} GPU(s); this host has {gpu_count()}")
             shared = topology == "shared-gpu"
-            prefer = (_RUNNING_PLACE[0] if _RUNNING_PLACE[0] is not None else
-                      _PLACE.get((impl, world_size), world_size)) if shared else 0
+            prefer = (world_size if _RUNNING_PLACE[0] is None else _RUNNING_PLACE[0]) if shared else 0
             lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(
                 need, wait_s=LEASE_WAIT_S, prefer=prefer, slots=pools_per_gpu() if shared else 1)
             if lease is None:

@@ -49,9 +49,9 @@ def _command(pid: int) -> list[str] | None:
 
 
 def _keep(line: str) -> bool:
-    """The lines of a gdb backtrace worth reading: thread headers and frames."""
-    s = line.lstrip()
-    return s.startswith(("Thread ", "#")) or not s.startswith(("[", "warning:", "Reading", "Using", "0x"))
+    """The lines of a debugger's output worth reading: all but gdb's thread-event, symbol-loading and warning
+    noise (thread headers and ``#n`` frames stay)."""
+    return not line.lstrip().startswith(("[", "warning:", "Reading", "Using", "0x"))
 
 
 def _short(line: str, width: int = 240) -> str:

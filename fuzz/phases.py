@@ -60,11 +60,16 @@ def phase(name: str):
                 _stack[-1][2] += spent
 
 
-def slowest_rank(per_rank: dict[int, dict]) -> dict[str, float]:
-    """The phases of the rank whose named phases and checks took longest (the one the case waited for)."""
-    if not per_rank:
-        return {}
-    return max(per_rank.values(), key=lambda p: sum(p.values()))
+def slowest_rank(ranks: dict[int, dict]) -> dict[str, float]:
+    """A case's phases: those of the rank whose phases took longest (the one the case waited for), from the
+    ranks' result messages (``ranks``: rank -> message; a message without phases is left out)."""
+    per_rank = [m["phases"] for m in ranks.values() if isinstance(m.get("phases"), dict)]
+    return max(per_rank, key=lambda p: sum(p.values())) if per_rank else {}
 
 
-__all__ = ["PHASES", "begin", "end", "phase", "slowest_rank"]
+def harness_seconds(case_seconds: float, phases: dict[str, float]) -> float:
+    """The driver's share of a case's round trip: what its phases (the slowest rank's) do not account for."""
+    return max(0.0, case_seconds - sum(phases.values()))
+
+
+__all__ = ["PHASES", "begin", "end", "harness_seconds", "phase", "slowest_rank"]

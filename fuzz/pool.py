@@ -282,11 +282,11 @@ class RankPool:
         if (fresh or replay) and self.cases_since_start:
             self.kill()
         if replay:
-            for earlier in replay:
+            for i, earlier in enumerate(replay, 1):
                 before = self.run(earlier, deadline)
                 if not before.status.ok:
-                    before.note = (f"replaying the failing pool's history: earlier case {replay.index(earlier) + 1} "
-                                   f"of {len(replay)} did not pass\n{before.note}")
+                    before.note = (f"replaying the failing pool's history: earlier case {i} of {len(replay)} did "
+                                   f"not pass\n{before.note}")
                     return before
         if not self.alive:
             self.start()

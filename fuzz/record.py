@@ -28,7 +28,7 @@ def case_row(report: CaseReport, test_id: str = "") -> dict:
         "reproducibility": report.reproducibility,
         "rerun_status": report.rerun_status,
         "seconds": report.seconds,
-        "phases": slowest_rank({r: m["phases"] for r, m in report.ranks.items() if isinstance(m.get("phases"), dict)}),
+        "phases": slowest_rank(report.ranks),
         "note": report.note,
         "checks": [dict(c, rank=r) for r, c in report.checks()],
         "paths": {str(r): calls for r, calls in report.paths().items()},

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import Counter, defaultdict
 
-from .phases import PHASES
+from .phases import PHASES, harness_seconds
 from .status import Reproducibility, Status
 
 
@@ -285,7 +285,7 @@ def timing(cases: list[dict]) -> list[dict]:
             ph = row.get("phases") or {}
             for name in PHASES:
                 spent[key][name] += float(ph.get(name, 0.0))
-            spent[key]["harness"] += max(0.0, float(row["seconds"]) - sum(float(v) for v in ph.values()))
+            spent[key]["harness"] += harness_seconds(float(row["seconds"]), ph)
     out = []
     for key, secs in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         impl, topo, w = key

@@ -81,18 +81,15 @@ def run_family(ctx: RankContext, case: Case, runner) -> list[CheckResult]:
     undeclared = shape is not None and not shape
     try:
         impl = ctx.impl(case)
-    except kerr.GemmRsError as exc:
-        if case.family == "byte_boundary":  # a size it cannot serve, refused with a typed error: clean
+    except Exception as exc:  # noqa: BLE001 -- what the implementation's own constructor raised
+        if isinstance(exc, kerr.GemmRsError) and case.family == "byte_boundary":  # a size it cannot serve: clean
             return [byte_boundary.rejected(exc, case, "construction", rank=ctx.rank)]
-        if not isinstance(exc, kerr.UnsupportedConfigError):  # a typed error the implementation chose to raise
+        if not isinstance(exc, kerr.UnsupportedConfigError):  # it failed on a configuration it accepts
             return [call_raised(exc, rank=ctx.rank, what=f"building the instance (max_M={case.max_M}, N={case.N}, "
                                                          f"K={case.K}) on group {list(ctx.tp.members)}")]
         if undeclared:
             return [support.construction_rejected(exc, case, shape.reason, rank=ctx.rank)]
         return [skipped("unsupported_config", f"construction raised {type(exc).__name__}: {exc}", rank=ctx.rank)]
-    except Exception as exc:  # noqa: BLE001 -- the implementation's own constructor failed: its failure, not ours
-        return [call_raised(exc, rank=ctx.rank, what=f"building the instance (max_M={case.max_M}, N={case.N}, "
-                                                     f"K={case.K}) on group {list(ctx.tp.members)}")]
     available = main_path_available(impl.main_path_support(), main_path=impl.main_path, rank=ctx.rank)
     if not available.passed:  # (a pass is not reported: a case whose checks were all skipped stays skipped)
         return [available]
