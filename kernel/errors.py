@@ -46,7 +46,8 @@ class UnsupportedConfigError(GemmRsError, ValueError):
 class SymmetricMemoryMismatch(GemmRsError, RuntimeError):
     """The ranks of a group cannot rendezvous symmetric memory together: their processes made different
     numbers of rendezvous before (torch numbers its store exchanges per process, not per group, so the
-    rendezvous would wait forever). Raised on every rank of the group, instead of a hang."""
+    rendezvous would wait forever) and a rank could not catch up (``kernel.fused.workspace.
+    align_rendezvous_counts``). Raised on every rank of the group, instead of a hang."""
 
 
 class FusedPathUnavailable(UnsupportedConfigError):

@@ -73,38 +73,85 @@ def use_cuda_backend(device) -> None:
         pass
 
 
-#: Symmetric-memory rendezvous this process made through :class:`SymmetricWorkspace` (see
-#: :func:`check_rendezvous_agreement`).
+#: Symmetric-memory rendezvous this process made through this module (:func:`align_rendezvous_counts`): the
+#: workspaces' and the catch-up ones.
 _RENDEZVOUS_MADE = [0]
+#: This process's one-rank process group (gloo), made on the first catch-up and kept.
+_SOLO_GROUP: list = [None]
 
 
-def check_rendezvous_agreement(group) -> None:
-    """Raise :class:`kernel.errors.SymmetricMemoryMismatch` on every rank of ``group`` when its ranks' processes
-    made different numbers of rendezvous through this module, instead of the hang that follows.
+def _solo_group():
+    """A process group of this rank alone: created by this rank only (``use_local_synchronization``: no other
+    rank takes part, the world's group numbering is untouched), once per process."""
+    if _SOLO_GROUP[0] is None:
+        me = dist.get_rank()
+        name = "gemm-rs-solo"
+        try:
+            _SOLO_GROUP[0] = dist.new_group([me], backend="gloo", use_local_synchronization=True,
+                                            group_desc=name)
+        except TypeError:  # a torch without group_desc
+            _SOLO_GROUP[0] = dist.new_group([me], backend="gloo", use_local_synchronization=True)
+    return _SOLO_GROUP[0]
 
-    torch's CUDA symmetric memory exchanges rendezvous metadata through the group's store under keys numbered
-    by a counter of the *process* (``StoreExchange::seq_id_``, torch/csrc/distributed/c10d/symm_mem/
+
+def _solo_rendezvous(device) -> None:
+    """One rendezvous of a fresh one-byte symmetric buffer on this rank's one-rank group: it advances torch's
+    per-process exchange counter as any rendezvous does, without waiting for anyone (a group of one)."""
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    use_cuda_backend(device)
+    buf = symm_mem.empty(1, dtype=torch.uint8, device=device)
+    symm_mem.rendezvous(buf, _solo_group())
+    del buf
+
+
+def _gather(value: int, group) -> list:
+    made: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(made, value, group=group)
+    return made
+
+
+def align_rendezvous_counts(group, device) -> int:
+    """Bring this group's ranks to the same count of symmetric-memory rendezvous before the next one; return how
+    many catch-up rendezvous this rank made. Raise :class:`kernel.errors.SymmetricMemoryMismatch` on every rank
+    of the group when a rank could not catch up -- never the hang that would follow.
+
+    Why: torch's CUDA symmetric memory exchanges rendezvous metadata through the group's store under keys
+    numbered by a counter of the *process* (``StoreExchange::seq_id_``, torch/csrc/distributed/c10d/symm_mem/
     CUDASymmetricMemoryUtils.hpp, 2.11; pytorch/pytorch#196082, a fix proposed in #196350): every rendezvous on
     any group advances it. After an instance on a subgroup that some ranks of a later group were not in (ranks 1
-    and 3 of 4, say), the later rendezvous of a group spanning both waits forever for keys nobody writes. Seen on
-    an H200 as gate HANGs with every rank in ``rendezvous``, passing on a fresh pool: the first subgroup instance
-    was cases earlier.
-    Only this module's rendezvous are counted; the check is one ``all_gather_object`` on the group (gloo or
-    NCCL), collective like the construction it guards."""
-    import torch.distributed as dist
-
+    and 3 of 4, say), the later rendezvous of a group spanning both waited forever for keys nobody writes (gate
+    HANGs on an H200, every rank in ``rendezvous``). So: the group's ranks compare their counts (one
+    ``all_gather_object`` on the group, gloo or NCCL, collective like the construction it precedes); a rank
+    behind makes the missing rendezvous on a group of itself alone (:func:`_solo_rendezvous`, no waiting), and
+    only if some rank was behind, the ranks compare again.
+    Counted: this module's rendezvous only (another library's symmetric memory in the same process, such as
+    PyTorch async-TP's workspace, is invisible here), each assumed to make the same number of store exchanges
+    -- true without multicast, which this kernel never uses (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``)."""
     if not (dist.is_available() and dist.is_initialized()):
-        return
-    made: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(made, _RENDEZVOUS_MADE[0], group=group)
-    if len(set(made)) > 1:
+        return 0
+    made = _gather(_RENDEZVOUS_MADE[0], group)
+    target = max(made)
+    if min(made) == target:
+        return 0
+    behind = target - _RENDEZVOUS_MADE[0]
+    failure = None
+    try:
+        for _ in range(behind):
+            _solo_rendezvous(device)
+            _RENDEZVOUS_MADE[0] += 1
+    except Exception as exc:  # noqa: BLE001 -- reported on every rank of the group below
+        failure = f"{type(exc).__name__}: {exc}"
+    after = _gather(_RENDEZVOUS_MADE[0] if failure is None else -1, group)
+    if len(set(after)) > 1:
         from kernel.errors import SymmetricMemoryMismatch
 
         raise SymmetricMemoryMismatch(
             f"the ranks of this group made different numbers of symmetric-memory rendezvous before this one "
-            f"(per group rank: {made}): torch numbers its rendezvous store exchanges per process, so this one "
-            f"would wait forever. Create instances on subgroups on every rank of the world alike (the same "
-            f"number of them), or the world's instances first")
+            f"(per group rank: {made}) and could not catch up (after: {after}; -1: that rank's catch-up failed"
+            f"{'' if failure is None else ', here: ' + failure}): torch numbers its rendezvous store exchanges "
+            f"per process, so this rendezvous would wait forever")
+    return behind
 
 
 class WorkspaceLayout:
@@ -147,7 +194,7 @@ class SymmetricWorkspace:
         self.guard_b.copy_(self.guard_b_expected)
         self.flags[DEVICE_WORD] = device_id(device)
         torch.cuda.synchronize(device)  # zeroed flags are in memory before any peer can see the buffer
-        check_rendezvous_agreement(group)
+        align_rendezvous_counts(group, device)
         self.handle = symm_mem.rendezvous(self.buf, group if group is not None else dist.group.WORLD)
         _RENDEZVOUS_MADE[0] += 1
         self.rank = int(self.handle.rank)

@@ -1,8 +1,8 @@
 """torch numbers its symmetric-memory rendezvous store exchanges per process, not per group: after an instance on
 a subgroup that other ranks were not in, a later rendezvous spanning both would wait forever (HANGs on an H200,
-every rank in ``rendezvous``). The fused workspace compares the group's counts first and raises a typed error on
-every rank instead; the gate reports a typed construction error as the implementation's failure, not the
-harness's."""
+every rank in ``rendezvous``). The fused workspace compares the group's counts first; a rank behind catches up
+alone, and if it cannot, a typed error on every rank; the gate reports a typed construction error as the
+implementation's failure, not the harness's."""
 
 from __future__ import annotations
 
@@ -14,12 +14,33 @@ from fuzz.case import Case
 pytestmark = pytest.mark.multiproc
 
 
-def test_equal_counts_pass_and_different_counts_raise_on_every_rank(run_ranks):
-    same = run_ranks("rendezvous_agreement", 4, {"made": [3, 3, 3, 3]}, timeout=120)
-    assert [v["info"]["raised"] for v in same] == [None] * 4
-    apart = run_ranks("rendezvous_agreement", 4, {"made": [0, 1, 0, 1]}, timeout=120)  # ranks 1, 3 had a subgroup
-    assert [v["info"]["raised"] for v in apart] == ["SymmetricMemoryMismatch"] * 4
-    assert all("per group rank: [0, 1, 0, 1]" in v["info"]["message"] for v in apart)
+@pytest.fixture
+def run_ranks_(run_ranks):
+    return lambda worker, W, kwargs: run_ranks(worker, W, kwargs, timeout=120)
+
+
+def test_equal_counts_make_no_catch_up(run_ranks_):
+    same = run_ranks_("rendezvous_agreement", 4, {"made": [3, 3, 3, 3]})
+    assert [(v["info"]["raised"], v["info"]["solo"], v["info"]["after"]) for v in same] == [(None, 0, 3)] * 4
+
+
+def test_ranks_behind_catch_up_on_a_group_of_their_own(run_ranks_):
+    """Ranks 1 and 3 of 4 had a subgroup instance: ranks 0 and 2 each make the missing rendezvous alone (on a
+    one-rank group only they created), and every rank ends at the same count."""
+    apart = run_ranks_("rendezvous_agreement", 4, {"made": [0, 1, 0, 1]})
+    assert [(v["info"]["raised"], v["info"]["solo"], v["info"]["after"]) for v in apart] == [
+        (None, 1, 1), (None, 0, 1), (None, 1, 1), (None, 0, 1)]
+    uneven = run_ranks_("rendezvous_agreement", 3, {"made": [2, 5, 4]})
+    assert [v["info"]["solo"] for v in uneven] == [3, 0, 1]
+    assert {v["info"]["after"] for v in uneven} == {5}
+
+
+def test_a_rank_that_cannot_catch_up_raises_on_every_rank(run_ranks_):
+    failed = run_ranks_("rendezvous_agreement", 4, {"made": [0, 1, 0, 1], "solo_fails_on": 2})
+    assert [v["info"]["raised"] for v in failed] == ["SymmetricMemoryMismatch"] * 4
+    assert all("per group rank: [0, 1, 0, 1]" in v["info"]["message"] and "after: [1, 1, -1, 1]" in
+               v["info"]["message"] for v in failed)
+    assert "planted: the catch-up rendezvous failed" in failed[2]["info"]["message"]
 
 
 def test_a_typed_construction_error_is_a_failed_check_not_a_harness_error():

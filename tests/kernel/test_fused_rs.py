@@ -265,3 +265,32 @@ def test_fused_rs_shared_gpu(impl, W):
                 assert paths == {"fused"}, f"paths taken: {paths}\n{report.render()}"
     finally:
         pool.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@pytest.mark.kernel
+@pytest.mark.multiproc
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
+def test_fused_world_instance_after_a_subgroup_only_some_ranks_were_in():
+    """torch numbers symmetric-memory rendezvous per process: after ranks 1 and 3 of 4 built an instance on their
+    own group, a new WORLD instance hung in ``rendezvous`` (gate HANGs on an H200). The workspace's catch-up
+    (``align_rendezvous_counts``) lets every later layout and world instance build and pass."""
+    W = 4
+    pool = RankPool(PoolSpec(impl="fused", topology="shared-gpu", world_size=W, optimize=sys.flags.optimize))
+    cases = [
+        Case("compute", seed=91, ms=[129], kind="exact", layout=[[1, 3]], **PROTOCOL),  # ranks 1, 3: one more
+        Case("compute", seed=92, ms=[1000], kind="exact", N=256, K=256, max_M=4096),  # a new world instance
+        Case("compute", seed=93, ms=[7], kind="exact", layout=[[0, 2], [1, 3]], N=256, K=512, max_M=2048),
+        Case("compute", seed=94, ms=[4096], kind="exact", N=512, K=512, max_M=4096),
+    ]
+    try:
+        for i, case in enumerate(cases):
+            report = pool.run(case, deadline=600 if i == 0 else 300)
+            assert report.status == Status.PASSED, report.render()
+            paths = {c["path"] for calls in report.paths().values() for c in calls}
+            assert paths == {"fused"}, f"paths taken: {paths}\n{report.render()}"
+    finally:
+        pool.close()
