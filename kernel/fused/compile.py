@@ -1,24 +1,26 @@
-"""Compile cache of the Hopper kernels, reused for every M and every rank: the GEMM (one per (N, K, config,
-arch)) and the fused GEMM + reduce-scatter (one per (N, K, config, W, protocol, arch, spin timeout,
-faults), :func:`get_compiled_rs`; the rank is a launch argument, so the W ranks of a group share it).
+"""Compile cache of the Hopper kernels, reused for every shape, every M and every rank: the GEMM (one per
+(config, arch)) and the fused GEMM + reduce-scatter (one per (config, W, protocol, arch, spin timeout, faults),
+:func:`get_compiled_rs`); M, N, K and the rank are launch arguments, so one compile serves every layer of a
+model and the W ranks of a group share it. :func:`get_compiled` and :func:`get_compiled_rs` return the cached
+kernel *bound* to an (N, K) (:meth:`CompiledKernel.bound`), whose launches pass them.
 
-M is a run-time ``Int32`` of the kernels (see :mod:`kernel.fused.gemm`), so no key has M. Compilation
-needs no GPU: the target is named explicitly (``--gpu-arch sm_90a``), so it also runs on a CPU-only CI
-machine. Each compile keeps its PTX (``--keep-ptx`` into a temporary directory, read back into memory,
-directory removed) for tests that inspect the instructions.
+M, N and K are run-time ``Int32`` arguments of the kernels (see :mod:`kernel.fused.gemm`), so no key has them.
+Compilation needs no GPU: the target is named explicitly (``--gpu-arch sm_90a``), so it also runs on a CPU-only CI
+machine. Each compile keeps its PTX (``--keep-ptx`` into a temporary directory, read back into memory, directory
+removed) for tests that inspect the instructions.
 
 Two levels of cache:
 
 * in the process: one compiled kernel per key (a lock serialises compiles);
 * on the host, across processes (opt-in: ``GEMM_RS_KERNEL_CACHE_DIR=/some/dir``): CuTe DSL 4.8.1's
-  ``cute.compile`` never uses the DSL's own file cache (it forces ``no_cache``), but a compiled kernel
-  can be exported (``export_to_c``: an object file holding the cubin and the host launcher) and loaded
-  by another process (``cute.runtime.load_module``, about 10 ms instead of a 1-5 s compile). The entry
-  of a key is a directory ``<digest>/`` with ``kernel.o`` and ``kernel.ptx``; the digest covers the
-  key, the nvidia-cutlass-dsl version and the source of every module a kernel is traced from, so an
-  edit or an upgrade never loads a stale kernel. The first process to need a key compiles it under a
-  file lock while the others wait, then load it: one compile per key and host (a W = 8 pool compiles
-  each shape once, not eight times). A failed export is reported and the kernel used from memory.
+  ``cute.compile`` never uses the DSL's own file cache (it forces ``no_cache``), but a compiled kernel can be
+  exported (``export_to_c``: an object file holding the cubin and the host launcher) and loaded by another process
+  (``cute.runtime.load_module``, about 10 ms instead of a 1-5 s compile). The entry of a key is a directory
+  ``<digest>/`` with ``kernel.o`` and ``kernel.ptx``; the digest covers the key, the nvidia-cutlass-dsl version and
+  the source of every module a kernel is traced from, so an edit or an upgrade never loads a stale kernel. The first
+  process to need a key compiles it under a file lock while the others wait, then load it: one compile per key and
+  host (a W = 8 pool compiles each tile config once, not eight times, and never again for another shape). A failed
+  export is reported and the kernel used from memory.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .config import (
     DEFAULT_ARCH,
     DEFAULT_PROTOCOL,
     KERNEL_EXPERIMENTS,
+    N_ALIGN,
     PUSH_ORDERS,
     SPIN_TIMEOUT_S,
     check_protocol,
@@ -56,16 +59,12 @@ _KERNEL_SOURCES = ("config.py", "gemm.py", "gemm_rs.py", "gemm_rs_push.py", "pus
 
 @dataclass(frozen=True)
 class CompileKey:
-    N: int
-    K: int
     config: GemmConfig
     arch: str = DEFAULT_ARCH
 
 
 @dataclass(frozen=True)
 class RsCompileKey:
-    N: int
-    K: int
     config: GemmConfig
     world_size: int
     arch: str = DEFAULT_ARCH
@@ -78,7 +77,9 @@ class RsCompileKey:
 
 @dataclass
 class CompiledKernel:
-    """A compiled kernel for one key. ``origin``: "compiled" here, or "disk" (loaded from the host cache)."""
+    """A compiled kernel for one key, bound to the (N, K) its launches pass (N and K are run-time arguments of
+    the kernel: one compile serves every shape). ``origin``: "compiled" here, or "disk" (loaded from the host
+    cache)."""
 
     key: object
     fn: object
@@ -87,6 +88,19 @@ class CompiledKernel:
     ab_stage: int
     origin: str = "compiled"
     launches: int = field(default=0, compare=False)
+    N: int = 0
+    K: int = 0
+    _views: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def bound(self, N: int, K: int):
+        """This kernel for launches of shape (N, K): a view sharing the compiled function, one per shape (the
+        same object for every request of that shape, with its own launch count)."""
+        shape = (int(N), int(K))
+        view = self._views.get(shape)
+        if view is None:
+            view = self._views.setdefault(shape, dataclasses.replace(self, N=shape[0], K=shape[1], launches=0,
+                                                                     _views={}))
+        return view
 
 
 class CompiledGemm(CompiledKernel):
@@ -96,7 +110,7 @@ class CompiledGemm(CompiledKernel):
         """Queue one GEMM on ``stream`` (a ``cuda.bindings.driver.CUstream``). No host sync.
 
         Pointers are raw device addresses (16-byte aligned, checked by the caller)."""
-        self.fn(*_gemm_args(x_ptr, w_ptr, y_ptr, M, stream))
+        self.fn(*_gemm_args(x_ptr, w_ptr, y_ptr, M, self.N, self.K, stream))
         self.launches += 1
 
 
@@ -107,8 +121,8 @@ class CompiledGemmRs(CompiledKernel):
 
     def launch(self, x_ptr: int, w_ptr: int, out_ptr: int, partial_ptrs, flag_ptrs, M: int, slots: int,
                slot_rows: int, rank: int, stream) -> None:
-        self.fn(*_rs_args(self.key.protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, slots, slot_rows,
-                          rank, stream))
+        self.fn(*_rs_args(self.key.protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, self.N, self.K,
+                          slots, slot_rows, rank, stream))
         self.launches += 1
 
 
@@ -120,14 +134,16 @@ def _ptr(dtype, address: int):
     return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=16)
 
 
-def _gemm_args(x_ptr, w_ptr, y_ptr, M, stream) -> tuple:
+def _gemm_args(x_ptr, w_ptr, y_ptr, M, N, K, stream) -> tuple:
     import cutlass
 
     bf16 = cutlass.BFloat16
-    return (_ptr(bf16, x_ptr), _ptr(bf16, w_ptr), _ptr(bf16, y_ptr), cutlass.Int32(M), stream)
+    return (_ptr(bf16, x_ptr), _ptr(bf16, w_ptr), _ptr(bf16, y_ptr), cutlass.Int32(M), cutlass.Int32(N),
+            cutlass.Int32(K), stream)
 
 
-def _rs_args(protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, slots, slot_rows, rank, stream) -> tuple:
+def _rs_args(protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, N, K, slots, slot_rows, rank,
+             stream) -> tuple:
     """The kernel arguments of either protocol (their ``__call__`` signatures)."""
     import cutlass
 
@@ -135,8 +151,8 @@ def _rs_args(protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, slots,
     head = (_ptr(bf16, x_ptr), _ptr(bf16, w_ptr), _ptr(bf16, out_ptr))
     peers = tuple(_ptr(bf16, p) for p in partial_ptrs) + tuple(_ptr(i32, p) for p in flag_ptrs)
     if protocol == "pull":
-        return head + (_ptr(bf16, partial_ptrs[rank]), i32(M), i32(slots), i32(rank), stream) + peers
-    return head + (i32(M), i32(slot_rows), i32(slots), i32(rank), stream) + peers
+        return head + (_ptr(bf16, partial_ptrs[rank]), i32(M), i32(N), i32(K), i32(slots), i32(rank), stream) + peers
+    return head + (i32(M), i32(N), i32(K), i32(slot_rows), i32(slots), i32(rank), stream) + peers
 
 
 _PLACEHOLDER = 1 << 20  # a 16-byte aligned address for the compile (never dereferenced)
@@ -149,9 +165,20 @@ _MISSES = 0
 _HITS = 0
 
 
+def check_shape(N: int, K: int, config: GemmConfig) -> None:
+    """The shapes a kernel of ``config`` takes: K a multiple of the K tile, N of 8 (16-byte rows for TMA)."""
+    if int(K) <= 0 or int(K) % config.tile_k:
+        raise ValueError(f"K={K} must be a positive multiple of {config.tile_k}")
+    if int(N) <= 0 or int(N) % N_ALIGN:
+        raise ValueError(f"N={N} must be a positive multiple of {N_ALIGN} (16-byte rows)")
+
+
 def get_compiled(N: int, K: int, config: GemmConfig | None = None, arch: str = DEFAULT_ARCH) -> CompiledGemm:
-    """The compiled GEMM for (N, K, config, arch): compiled on first request, then served from cache."""
-    return _cached(CompileKey(int(N), int(K), config or GemmConfig(), arch), _compile_gemm)
+    """The compiled GEMM for (config, arch), bound to (N, K): compiled on first request, then served from
+    cache for every shape."""
+    config = config or GemmConfig()
+    check_shape(N, K, config)
+    return _cached(CompileKey(config, arch), _compile_gemm).bound(N, K)
 
 
 def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, rank: int | None = None,
@@ -175,9 +202,11 @@ def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, 
             raise ValueError(f"push experiment {experiment!r} is not a kernel build (the wrapper's)")
     elif order or experiment:
         raise ValueError("order and experiment are push-protocol builds")
-    key = RsCompileKey(int(N), int(K), config or GemmConfig(), int(world_size), arch, float(spin_timeout_s),
-                       normalize_faults(faults, protocol), protocol, order or "", experiment)
-    return _cached(key, _compile_rs)
+    config = config or GemmConfig()
+    check_shape(N, K, config)
+    key = RsCompileKey(config, int(world_size), arch, float(spin_timeout_s), normalize_faults(faults, protocol),
+                       protocol, order or "", experiment)
+    return _cached(key, _compile_rs).bound(N, K)
 
 
 def _cached(key, compile_fn):
@@ -197,15 +226,15 @@ def _cached(key, compile_fn):
 
 def _kernel_of(key):
     if isinstance(key, CompileKey):
-        return HopperGemmBF16(key.N, key.K, key.config)
+        return HopperGemmBF16(None, None, key.config)
     common = dict(spin_timeout_s=key.spin_timeout_s, faults=key.faults)
     if key.protocol == "pull":
         from .gemm_rs import HopperGemmRsBF16
 
-        return HopperGemmRsBF16(key.N, key.K, key.config, key.world_size, **common)
+        return HopperGemmRsBF16(None, None, key.config, key.world_size, **common)
     from .gemm_rs_push import HopperGemmRsPushBF16
 
-    return HopperGemmRsPushBF16(key.N, key.K, key.config, key.world_size, order=key.order or PUSH_ORDERS[0],
+    return HopperGemmRsPushBF16(None, None, key.config, key.world_size, order=key.order or PUSH_ORDERS[0],
                                 experiment=key.experiment, **common)
 
 
@@ -213,7 +242,7 @@ def _compile_gemm(key: CompileKey) -> CompiledGemm:
     import cuda.bindings.driver as cuda
 
     kern = _kernel_of(key)
-    args = _gemm_args(_PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, 1, cuda.CUstream(0))
+    args = _gemm_args(_PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, 1, 64, 64, cuda.CUstream(0))
     fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemm(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 
@@ -224,7 +253,7 @@ def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
     kern = _kernel_of(key)
     W = key.world_size
     args = _rs_args(key.protocol, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, [_PLACEHOLDER] * W, [_PLACEHOLDER] * W,
-                    1, 1, 1, 0, cuda.CUstream(0))
+                    1, 64, 64, 1, 1, 0, cuda.CUstream(0))
     fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemmRs(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 
@@ -336,7 +365,7 @@ def compile_stats() -> dict:
             "hits": _HITS,
             "misses": _MISSES,
             "configs": {
-                (k.N, k.K, k.config, k.arch): {"seconds": v.seconds, "ab_stage": v.ab_stage, "origin": v.origin}
+                (k.config, k.arch): {"seconds": v.seconds, "ab_stage": v.ab_stage, "origin": v.origin}
                 for k, v in _CACHE.items()
                 if isinstance(k, CompileKey)
             },

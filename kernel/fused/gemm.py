@@ -7,11 +7,12 @@ Operation. ``x``: (M, K) bf16 row-major, ``w``: (N, K) bf16 row-major (both K-ma
 ``nn.Linear`` layout), ``y``: (M, N) bf16 row-major, fp32 accumulation. In CuTe terms A = x (M-by-K,
 K-major), B = w (N-by-K, K-major), C = y (N-major).
 
-Compile-time vs run-time. N, K, the tile shape, the stage counts and the persistent grid size are
-compile-time constants (one compiled kernel per (N, K, config, arch)). M is a run-time ``Int32``: one
-compiled kernel serves every M in 1..max_M. The kernel takes raw global pointers (16-byte aligned)
-and builds ``mA``/``mB``/``mC`` itself, so the host wrapper needs no DLPack round trip per call and
-part 2 can add a workspace pointer without changing the operand story.
+Compile-time vs run-time. The tile shape, the stage counts and the persistent grid size are compile-time constants
+(one compiled kernel per (config, arch)). M, N and K are run-time ``Int32`` arguments: one compiled kernel serves
+every shape (``bind_shape`` binds them at the top of the host function and of the kernel body, so the helpers read
+the values of the region they are traced in; the k-tile loop was a run-time loop already). The kernel takes raw
+global pointers (16-byte aligned) and builds ``mA``/``mB``/``mC`` itself, so the host wrapper needs no DLPack round
+trip per call and part 2 can add a workspace pointer without changing the operand story.
 
 Requirements (checked by the host wrapper, ``kernel.fused.wrapper``): K % 64 == 0 (the K tile),
 N % 8 == 0 (16-byte rows for TMA), every base pointer 16-byte aligned, tensors contiguous.
@@ -71,7 +72,8 @@ Measured (one H200, torch 2.11 cu130, CUDA graphs of 10 calls with inputs rotate
     4096  756/758 1.00      756/686 1.10      740/702 1.05      738/691 1.07
     8192  737/688 1.07      715/683 1.05      702/691 1.02      674/699 0.96
 
-Compile: 0.4-0.9 s per (N, K, config). Host time per eager wrapper call: about 36 us.
+Compile: 0.4-0.9 s per config (per (N, K, config) before N and K became run-time arguments).
+Host time per eager wrapper call: about 36 us.
 """
 
 from __future__ import annotations
@@ -88,23 +90,25 @@ from .config import N_ALIGN, SMEM_CAPACITY_SM90, TILE_N_CHOICES, GemmConfig
 
 
 class HopperGemmBF16:
-    """``y[:M] = x[:M] @ w.T`` for a fixed (N, K); M is a run-time argument. See the module docstring.
+    """``y[:M] = x[:M] @ w.T``; M, N and K are run-time arguments. See the module docstring.
 
     Usage::
 
-        gemm = HopperGemmBF16(N, K, GemmConfig())
-        compiled = cute.compile(gemm, x_ptr, w_ptr, y_ptr, cutlass.Int32(M), stream)
-        compiled(x_ptr, w_ptr, y_ptr, cutlass.Int32(M), stream)
+        gemm = HopperGemmBF16(config=GemmConfig())
+        compiled = cute.compile(gemm, x_ptr, w_ptr, y_ptr, Int32(M), Int32(N), Int32(K), stream)
+        compiled(x_ptr, w_ptr, y_ptr, Int32(M), Int32(N), Int32(K), stream)
     """
 
-    def __init__(self, N: int, K: int, config: GemmConfig | None = None):
+    def __init__(self, N: int | None = None, K: int | None = None, config: GemmConfig | None = None):
         config = config or GemmConfig()
         config.validate()
-        if K % config.tile_k:
-            raise ValueError(f"K={K} must be a multiple of {config.tile_k}")
-        if N % N_ALIGN:
-            raise ValueError(f"N={N} must be a multiple of {N_ALIGN} (16-byte rows)")
-        self.N, self.K, self.config = int(N), int(K), config
+        self.config = config
+        if N is not None and K is not None:
+            if K % config.tile_k:
+                raise ValueError(f"K={K} must be a multiple of {config.tile_k}")
+            if N % N_ALIGN:
+                raise ValueError(f"N={N} must be a multiple of {N_ALIGN} (16-byte rows)")
+            self.bind_shape(int(N), int(K))
         self.a_dtype = cutlass.BFloat16
         self.b_dtype = cutlass.BFloat16
         self.c_dtype = cutlass.BFloat16
@@ -112,8 +116,6 @@ class HopperGemmBF16:
         self.tile_shape_mnk = (config.tile_m, config.tile_n, config.tile_k)
         self.epi_tile = (config.tile_m, config.epi_tile_n)
         self.epi_stage = config.epi_stages
-        self.k_tile_cnt = K // config.tile_k
-        self.num_n_tiles = -(-N // config.tile_n)
 
         self.threads_per_warpgroup = 128
         self.num_consumer_wg = config.consumer_warpgroups
@@ -132,6 +134,14 @@ class HopperGemmBF16:
         if self.ab_stage < 2 or self.ab_stage > fit:
             raise ValueError(f"ab_stages={self.ab_stage} does not fit (at most {fit}, at least 2)")
         self.epilog_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
+
+    def bind_shape(self, n, k) -> None:
+        """N and K of what is traced next: Python ints, or the kernel's run-time ``Int32`` arguments (bound on
+        the host side before ``host_setup`` and again at the top of the kernel body, so every helper reads
+        the values of the region it is traced in)."""
+        self.N, self.K = n, k
+        self.k_tile_cnt = k // self.config.tile_k
+        self.num_n_tiles = (n + self.config.tile_n - 1) // self.config.tile_n
 
     # --- host side --------------------------------------------------------------------------------
     def _setup(self):
@@ -219,8 +229,11 @@ class HopperGemmBF16:
         w_ptr: cute.Pointer,
         y_ptr: cute.Pointer,
         m: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
         stream: cuda.CUstream,
     ):
+        self.bind_shape(n, k)
         atoms, num_m_tiles, grid_x = self.host_setup(x_ptr, w_ptr, y_ptr, m)
         self.kernel(
             *atoms,
@@ -229,6 +242,8 @@ class HopperGemmBF16:
             self.b_smem_layout_staged,
             self.epi_smem_layout_staged,
             num_m_tiles,
+            n,
+            k,
         ).launch(
             grid=[grid_x, 1, 1],
             block=[self.threads_per_cta, 1, 1],
@@ -402,7 +417,10 @@ class HopperGemmBF16:
         b_smem_layout_staged: cute.ComposedLayout,
         epi_smem_layout_staged: cute.ComposedLayout,
         num_m_tiles: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
     ):
+        self.bind_shape(n, k)
         tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, tma_parts, tCrA, tCrB, accumulators = (
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
                           a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))

@@ -48,7 +48,7 @@ the spins make progress (nanosleep backoff keeps the spinning lanes light). A la
 the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables) executes
 ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
 
-The rank is a launch argument (``Int32``): one compile per (N, K, config, W) serves every rank.
+M, N, K and the rank are launch arguments (``Int32``): one compile per (config, W) serves every shape and rank.
 
 Wrap-around. ``e`` is a u32 that skips 0; flags are compared for equality. A stale slot could only
 alias after exactly 2^32 - 1 calls without being rewritten.
@@ -91,9 +91,9 @@ from .rs_protocol import CrossRankGemm
 
 
 class HopperGemmRsBF16(CrossRankGemm):
-    """Fused GEMM + reduce-scatter, pull protocol, for (N, K, config, W); M and the rank are run-time.
+    """Fused GEMM + reduce-scatter, pull protocol, for (config, W); M, N, K and the rank are run-time.
 
-    ``compiled(x, w, out, own_partials, M, slots, rank, stream, *partials[W], *flags[W])``: raw pointers;
+    ``compiled(x, w, out, own_partials, M, N, K, slots, rank, stream, *partials[W], *flags[W])``: raw pointers;
     ``partials[p]`` / ``flags[p]`` are rank p's symmetric partial buffer and flag area (peer pointers),
     ``own_partials`` is ``partials[rank]`` (the TMA store target, built on the host side). The peer
     pointers come last, one argument each (CuTe DSL 4.8.1 exports no list argument)."""
@@ -114,6 +114,8 @@ class HopperGemmRsBF16(CrossRankGemm):
         out_ptr: cute.Pointer,
         own_partial_ptr: cute.Pointer,
         m: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
         slots: cutlass.Int32,
         rank: cutlass.Int32,
         stream: cuda.CUstream,
@@ -121,6 +123,7 @@ class HopperGemmRsBF16(CrossRankGemm):
     ):
         W = self.world_size
         partial_ptrs, flag_ptrs = list(peer_ptrs[:W]), list(peer_ptrs[W:])
+        self.bind_shape(n, k)
         atoms, num_m_tiles, grid_x = self.host_setup(x_ptr, w_ptr, own_partial_ptr, m)
         self.kernel(
             *atoms,
@@ -130,6 +133,8 @@ class HopperGemmRsBF16(CrossRankGemm):
             self.epi_smem_layout_staged,
             num_m_tiles,
             m,
+            n,
+            k,
             slots,
             rank,
             out_ptr,
@@ -176,6 +181,8 @@ class HopperGemmRsBF16(CrossRankGemm):
         epi_smem_layout_staged: cute.ComposedLayout,
         num_m_tiles: cutlass.Int32,
         m: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
         slots: cutlass.Int32,
         rank: cutlass.Int32,
         out_ptr: cute.Pointer,
@@ -183,6 +190,7 @@ class HopperGemmRsBF16(CrossRankGemm):
         flag_ptrs: list,
     ):
         W = self.world_size
+        self.bind_shape(n, k)
         tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, tma_parts, tCrA, tCrB, accumulators = (
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
                           a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))

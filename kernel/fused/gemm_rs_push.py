@@ -165,9 +165,9 @@ def _select(cond, a, b) -> Int32:
 
 
 class HopperGemmRsPushBF16(CrossRankGemm):
-    """Fused GEMM + reduce-scatter, push protocol, for (N, K, config, W); M and the rank are run-time.
+    """Fused GEMM + reduce-scatter, push protocol, for (config, W); M, N, K and the rank are run-time.
 
-    ``compiled(x, w, out, M, slot_rows, slots, rank, stream, *inboxes[W], *flags[W])``: raw pointers;
+    ``compiled(x, w, out, M, N, K, slot_rows, slots, rank, stream, *inboxes[W], *flags[W])``: raw pointers;
     ``inboxes[p]`` / ``flags[p]``: rank p's symmetric partial region (its inbox) and flag area, one
     argument each (CuTe DSL 4.8.1 exports no list argument); ``slot_rows``: rows of one inbox slot
     (``S_max``); ``slots``: ready words per source."""
@@ -194,12 +194,15 @@ class HopperGemmRsPushBF16(CrossRankGemm):
         w_ptr: cute.Pointer,
         out_ptr: cute.Pointer,
         m: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
         slot_rows: cutlass.Int32,
         slots: cutlass.Int32,
         rank: cutlass.Int32,
         stream: cuda.CUstream,
         *peer_ptrs,
     ):
+        self.bind_shape(n, k)
         W, N, BM = self.world_size, self.N, self.tile_shape_mnk[0]
         inbox_ptrs, flag_ptrs = list(peer_ptrs[:W]), list(peer_ptrs[W:])
         shard = (m + W - 1) // W
@@ -232,6 +235,8 @@ class HopperGemmRsPushBF16(CrossRankGemm):
             self.epi_smem_layout_staged,
             push_atoms,
             m,
+            n,
+            k,
             shard,
             mt_per_shard,
             slot_rows,
@@ -364,6 +369,8 @@ class HopperGemmRsPushBF16(CrossRankGemm):
         epi_smem_layout_staged: cute.ComposedLayout,
         push_atoms: list,
         m: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
         shard: cutlass.Int32,
         mt_per_shard: cutlass.Int32,
         slot_rows: cutlass.Int32,
@@ -372,6 +379,7 @@ class HopperGemmRsPushBF16(CrossRankGemm):
         inbox_ptrs: list,
         flag_ptrs: list,
     ):
+        self.bind_shape(n, k)
         BM, BN = self.tile_shape_mnk[0], self.tile_shape_mnk[1]
         tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, tma_parts, tCrA, tCrB, accumulators = (
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,

@@ -18,15 +18,14 @@ rank). Multicast is never used. Whatever ``can_run`` rejects goes to
 ``last_path`` says ``"unfused"``; with ``force_fused=True`` such a call raises
 :class:`kernel.errors.FusedPathUnavailable` instead, after the bad-call checks and before any work.
 
-Per call: the base class checks (dtype, device, shapes, contiguity, 16-byte alignment, 1 <= M <= max_M)
-run first, metadata only, ``if ...: raise``; then one kernel launch on the current torch stream.
-No host sync, no allocation when ``out=`` is given, no host state that a CUDA-graph replay would not
-reproduce: the TMA descriptors are built at launch from (pointer, M, rank) and live in the kernel
-parameters, and the cross-rank epoch lives on the device (the kernel advances it). Kernels are
-compiled once per (N, K, config[, W, protocol]) in the constructor -- the rank is a launch argument, so
-the ranks of a group share one compile (one per host with ``GEMM_RS_KERNEL_CACHE_DIR``, see
-:mod:`kernel.fused.compile`) -- and serve every M. The tile config of a call (:mod:`kernel.fused.tiles`)
-is a function of M only, so every rank picks the same one.
+Per call: the base class checks (dtype, device, shapes, contiguity, 16-byte alignment, 1 <= M <= max_M) run first,
+metadata only, ``if ...: raise``; then one kernel launch on the current torch stream. No host sync, no allocation
+when ``out=`` is given, no host state that a CUDA-graph replay would not reproduce: the TMA descriptors are built at
+launch from (pointer, M, rank) and live in the kernel parameters, and the cross-rank epoch lives on the device (the
+kernel advances it). Kernels are compiled once per (config[, W, protocol]) and process, whatever the shape (N and K
+are launch arguments), in the constructor -- the rank is a launch argument, so the ranks of a group share one
+compile (one per host with ``GEMM_RS_KERNEL_CACHE_DIR``, see :mod:`kernel.fused.compile`) -- and serve every M. The
+tile config of a call (:mod:`kernel.fused.tiles`) is a function of M only, so every rank picks the same one.
 
 ``should_run(x)``: M >= the crossover measured by ``bench/bench_gemm_rs.py`` for this (N, K, W, protocol)
 (``kernel/fused/crossover.json``, :mod:`kernel.fused.crossover`), else the contract default 128.

@@ -104,6 +104,22 @@ def test_compile_once_reuse_for_every_m(compile_mod, main_kernel):
     assert after["hits"] == before["hits"] + 4
 
 
+def test_one_compile_serves_every_shape(compile_mod):
+    """N and K are run-time arguments: another shape of the same tile config and W is served by the compile
+    already made (no new miss), bound to its own (N, K); unsupported shapes are refused before any compile."""
+    first = compile_mod.get_compiled_rs(*SMALL, _cfg(), 2)
+    misses = compile_mod.compile_stats()["misses"]
+    other = compile_mod.get_compiled_rs(7168, 2048, _cfg(), 2)
+    assert other.fn is first.fn and (other.N, other.K) == (7168, 2048) and (first.N, first.K) == SMALL
+    assert compile_mod.get_compiled_rs(7168, 2048, _cfg(), 2) is other
+    assert compile_mod.compile_stats()["misses"] == misses
+    assert not any(f.name in ("N", "K") for f in compile_mod.RsCompileKey.__dataclass_fields__.values())
+    with pytest.raises(ValueError, match="multiple of 64"):
+        compile_mod.get_compiled_rs(512, 100, _cfg(), 2)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        compile_mod.get_compiled(1001, 256, _cfg())
+
+
 def test_one_compile_serves_every_rank(compile_mod):
     first = compile_mod.get_compiled_rs(*SMALL, _cfg(), 4, 0)
     assert all(compile_mod.get_compiled_rs(*SMALL, _cfg(), 4, r) is first for r in (1, 2, 3))
@@ -112,7 +128,7 @@ def test_one_compile_serves_every_rank(compile_mod):
 
 def test_compile_stats_record_seconds(compile_mod, main_kernel):
     stats = compile_mod.compile_stats()["configs"]
-    key = (main_kernel.key.N, main_kernel.key.K, main_kernel.key.config, main_kernel.key.arch)
+    key = (main_kernel.key.config, main_kernel.key.arch)
     assert stats[key]["seconds"] > 0
     assert stats[key]["ab_stage"] >= 3
 
@@ -213,7 +229,7 @@ def test_push_stores_go_through_one_descriptor_per_owner_plus_out(rs_builds):
 def test_host_wide_cache_serves_another_process(tmp_path, monkeypatch, compile_mod):
     """A kernel compiled here and exported is loaded by a fresh process (origin "disk", same PTX)."""
     monkeypatch.setenv(compile_mod.KERNEL_CACHE_ENV, str(tmp_path))
-    key = compile_mod.CompileKey(*SMALL, _cfg(tile_n=64))
+    key = compile_mod.CompileKey(_cfg(tile_n=64))
     compiled = compile_mod._from_disk_or_compile(key, compile_mod._compile_gemm)
     assert compiled.origin == "compiled"
     entry = tmp_path / compile_mod.key_digest(key)
@@ -236,13 +252,12 @@ def test_host_wide_cache_serves_another_process(tmp_path, monkeypatch, compile_m
 
 
 def test_cache_digest_covers_key_and_source(compile_mod):
-    a = compile_mod.key_digest(compile_mod.CompileKey(*SMALL, _cfg()))
-    assert a == compile_mod.key_digest(compile_mod.CompileKey(*SMALL, _cfg()))
-    assert a != compile_mod.key_digest(compile_mod.CompileKey(*SMALL, _cfg(tile_n=128)))
-    rs = compile_mod.RsCompileKey(*SMALL, _cfg(), 2)
-    assert compile_mod.key_digest(rs) != compile_mod.key_digest(compile_mod.RsCompileKey(*SMALL, _cfg(), 2,
-                                                                                         protocol="push"))
+    a = compile_mod.key_digest(compile_mod.CompileKey(_cfg()))
+    assert a == compile_mod.key_digest(compile_mod.CompileKey(_cfg()))
+    assert a != compile_mod.key_digest(compile_mod.CompileKey(_cfg(tile_n=128)))
+    rs = compile_mod.RsCompileKey(_cfg(), 2)
+    assert compile_mod.key_digest(rs) != compile_mod.key_digest(compile_mod.RsCompileKey(_cfg(), 2, protocol="push"))
     assert compile_mod.key_digest(rs) != compile_mod.key_digest(
-        compile_mod.RsCompileKey(*SMALL, _cfg(), 2, faults=frozenset({"dropped_peer"})))
+        compile_mod.RsCompileKey(_cfg(), 2, faults=frozenset({"dropped_peer"})))
     assert set(compile_mod._KERNEL_SOURCES) >= {"gemm.py", "gemm_rs.py", "gemm_rs_push.py", "rs_protocol.py",
                                                  "ptx.py", "config.py"}
