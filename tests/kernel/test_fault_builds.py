@@ -37,6 +37,10 @@ PUSH_FAULTS = tuple(f for f in KERNEL_FAULTS if FAULT_PROTOCOL[f][0] == "push")
 # every fault switch must be a ``cutlass.const_expr`` branch that traces to nothing when off, and a shared
 # helper must not change what it traces. A toolchain upgrade legitimately changes them: re-capture.
 REFERENCE_TOOLCHAIN = "4.8.1"
+# All three re-captured when N and K became run-time arguments (one compile per tile config and W): shapes,
+# strides and tile counts are kernel parameters, so tile-index arithmetic and TMA descriptor set-up changed and
+# the stray-row loop of ``write_past_capacity`` is unrolled by the compiler; the flag, fence, peer-load and
+# store counts below are unchanged. (First taken on the CPU; the GPU check of this build is in the notes.)
 # W = 2. Re-captured when the rank became a launch argument (one compile for every rank): the pull kernel's
 # flag words are now addressed from the run-time rank (a selp chain over the W flag pointers, one more
 # kernel parameter); same flag and data instructions (counted by the tests below and by test_fused_rs.py).
@@ -44,16 +48,16 @@ REFERENCE_TOOLCHAIN = "4.8.1"
 # deep epilogue ring, kernel/fused/tiles.py) with the interleaved tile order (kernel/fused/push_order.py):
 # new tile-index arithmetic (div/rem by the run-time grid and shard size, selects), the rest unchanged
 # (the flag, proxy-fence, store-complete, inbox-load and TMA-store counts are the tests below).
-REFERENCE_SHA256_PULL_W2 = "8e721cf845ea07d82b255a5a2a6e6d53c315c5bd60fb3a9b77eaceb3f89fd827"
-REFERENCE_SHA256_PUSH_W2 = "babec59cdc1cd81e0bd35d2d5adaf6d61d3adb8a59a0f52e9abc8824b7f69665"
+REFERENCE_SHA256_PULL_W2 = "790be026a83e4320ad81cfb297d30832392dc075c88dd90b6ec6df9449a38b85"
+REFERENCE_SHA256_PUSH_W2 = "0841c2c55916edad3d0815ed65917a3314114ed460ffd5fa1c84076144404f29"
 # The W == 1 GEMM. Exact hash since its consumer mainloop became the shared ``mma_tile`` helper; the
 # register-normalised hash (virtual register numbers and labels masked) is that of the kernel *before*
 # the helper: the same instructions in the same order -- the helper only changed the order of the
 # tile loop's carried values (the pipeline states are now assigned by the caller), which renumbers
 # PTX registers. (A first attempt that did not assign them also passed compilation, but restarted the
 # pipeline at stage 0 on every tile; its normalised PTX differs, which is what this pin catches.)
-REFERENCE_SHA256_GEMM_W1 = "380df5db8a3eebb9afb04d4e9dd546c2bcd159808f40a22249f7b4e7f2704f1c"
-REFERENCE_NORMALIZED_SHA256_GEMM_W1 = "f041e9ac38b486aba2f7e03bff8eaa3e215d38e61fd52de7974d0bcc9f287bf5"
+REFERENCE_SHA256_GEMM_W1 = "ec607b8b0f74c6e6cd3b6e423862e88adf9670256eb5bbef4a115958eaa55830"
+REFERENCE_NORMALIZED_SHA256_GEMM_W1 = "27bd21489797de545a6dd7ea5ca31af2a2531aa237212f9b66c62daab8fc6f3b"
 
 
 def _sha(text: str) -> str:
@@ -128,7 +132,7 @@ def test_default_build_is_byte_identical_to_explicit_no_faults(builds, protocol)
     default = get_compiled_rs(N, K, _config(protocol), 2, protocol=protocol)
     assert get_compiled_rs(N, K, _config(protocol), 2, 1, faults=(), protocol=protocol) is default  # rank: no key
     assert default.key.faults == frozenset()
-    fresh = _compile_rs(RsCompileKey(N, K, _config(protocol), 2, faults=frozenset(), protocol=protocol,
+    fresh = _compile_rs(RsCompileKey(_config(protocol), 2, faults=frozenset(), protocol=protocol,
                                      order="interleaved" if protocol == "push" else ""))
     assert fresh.ptx == default.ptx == builds[(protocol, 2, "")]
 
@@ -217,7 +221,7 @@ def test_stale_epoch_never_writes_the_epoch_word(builds):
 def test_stray_row_faults_add_one_store_path(builds, fault):
     base, bad = builds[("pull", 2, "")], builds[("pull", 2, fault)]
     assert _count(base, ST_OUT) == 1
-    assert _count(bad, ST_OUT) == 2  # the extra (zero-row) store loop
+    assert _count(bad, ST_OUT) > 1  # the extra (zero-row) store loop (unrolled: its bound is a run-time N)
     assert _count(bad, LD_PEER) == _count(base, LD_PEER)
 
 
@@ -268,8 +272,8 @@ def test_wrong_inbox_slot_lives_in_the_host_side_launcher():
     device code is the same, the host code computes ``(rank + 1) % W`` (one ``srem`` more)."""
     from kernel.fused.compile import RsCompileKey, _compile_rs
 
-    base = _compile_rs(RsCompileKey(N, K, _config("push"), 2, protocol="push", order="interleaved"))
-    bad = _compile_rs(RsCompileKey(N, K, _config("push"), 2, faults=frozenset({"wrong_inbox_slot"}),
+    base = _compile_rs(RsCompileKey(_config("push"), 2, protocol="push", order="interleaved"))
+    bad = _compile_rs(RsCompileKey(_config("push"), 2, faults=frozenset({"wrong_inbox_slot"}),
                                    protocol="push", order="interleaved"))
     assert bad.ptx == base.ptx
     host_base, host_bad = str(base.fn.ir_module), str(bad.fn.ir_module)
