@@ -131,8 +131,12 @@ def main(argv=None) -> int:
         for impl in impls:
             pool = RankPool(PoolSpec(impl=impl, topology=topology, world_size=w, optimize=sys.flags.optimize,
                                      nnodes=cfg.integer("nnodes") or 1))
+            results[impl] = []
             try:
-                results[impl] = [pool.run(c) for c in cases]
+                for i, c in enumerate(cases):
+                    results[impl].append(pool.run(c))
+                    print(f"[differential] W={w} {impl}: case {i + 1}/{len(cases)} {results[impl][-1].status.value}",
+                          flush=True)
             finally:
                 pool.close()
         summary = compare(results)

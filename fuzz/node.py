@@ -26,6 +26,8 @@ from .config import STACK_SIGNAL
 STACKS_WAIT_S = 2.0
 #: Seconds the node waits for its torchrun to exit after a rank died, to read its account of the death.
 EXIT_NOTE_WAIT_S = 10.0
+#: A frame line of a C++ backtrace (c10's "frame #12: python3() [0x61c5d1]").
+_CPP_FRAME = re.compile(r"^frame #\d+: ")
 
 
 class PoolError(RuntimeError):
@@ -147,7 +149,10 @@ class LocalNode:
         return out
 
     def logs(self, lines: int = 30) -> dict[int, str]:
-        return {r: "\n".join(_read_from(self._log_file(r), self._log_offsets.get(r, 0)).splitlines()[-lines:])
+        """Each rank's last ``lines`` lines of this case, without the frames of a C++ backtrace (``frame #12:
+        python3() [0x61c5d1]``: 40 of them would push out the ``what():`` that says why a rank aborted)."""
+        return {r: "\n".join([ln for ln in _read_from(self._log_file(r), self._log_offsets.get(r, 0)).splitlines()
+                              if not _CPP_FRAME.match(ln)][-lines:])
                 for r in self.procs}
 
     def exit_note(self) -> str:

@@ -35,6 +35,7 @@ def case_row(report: CaseReport, test_id: str = "") -> dict:
         "rank_optimize": {str(r): m.get("optimize") for r, m in report.ranks.items()},
         "errors": {str(r): tb for r, tb in report.errors().items()},
         "stacks": {str(r): text for r, text in (report.stacks or {}).items()},
+        "logs": {str(r): text for r, text in (report.logs or {}).items() if text.strip()},
         "repro": report.repro(),
     }
 

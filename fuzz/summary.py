@@ -143,8 +143,23 @@ def failure_reason(row: dict, limit: int = 400) -> str:
         if where:
             ordered = sorted(where.items(), key=lambda kv: int(kv[0]))
             text += "; stuck at: " + ", ".join(f"rank {r} {w}" for r, w in ordered)
+        for r in _DIED.findall(text):
+            last = last_words((row.get("logs") or {}).get(r, ""))
+            if last:
+                text = f"rank {r} said: {last}; " + text
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_DIED = re.compile(r"rank (\d+) died mid-case")
+_NOISE = re.compile(r"^\s*$|warn|^\s*(File |Traceback)|^frame #\d+: ", re.IGNORECASE)
+
+
+def last_words(log: str, lines: int = 3) -> str:
+    """The last lines a dead rank wrote (its log tail, blank and warning lines left out): where a C++ abort
+    (``terminate called after throwing ...``, a CUDA error) says why the process died."""
+    kept = [ln.strip() for ln in log.splitlines() if not _NOISE.search(ln)]
+    return " | ".join(kept[-lines:])
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -165,6 +166,11 @@ class RankContext:
             close_impl(self._impls[key])
         self._impls.clear()
         if self.device.type == "cuda":
+            # garbage of the closed instances (reference cycles of an implementation's or of the harness's
+            # objects holding symmetric memory) freed now, between cases: a collector pass that frees it later
+            # may run inside a CUDA-graph capture, where torch's symmetric-memory destructor aborts the process
+            # (kernel/fused/workspace.py, SymmetricWorkspace.close)
+            gc.collect()
             torch.cuda.empty_cache()  # the freed workspaces go back to the GPU the other pools share
 
     # the checked call --------------------------------------------------------------------------

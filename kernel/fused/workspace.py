@@ -214,8 +214,16 @@ class SymmetricWorkspace:
         return len(ids) < self.layout.world_size
 
     def close(self) -> None:
+        """Drop every reference this object holds to the symmetric buffer (the handle, the buffer and each view of
+        it), so the memory goes when the last reference does -- here, unless the caller still holds a view -- and
+        not in a later garbage-collector pass: such a pass can run inside a CUDA-graph capture, where torch's
+        ``~AllocationRef`` (torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemory.cu, 2.11) makes a CUDA call
+        that a capturing stream forbids and the process aborts (seen on an H200: ``terminate called after throwing
+        c10::AcceleratorError ... operation not permitted when stream is capturing``)."""
         self.handle = None
-        self.buf = self.partials = self.flags = None
+        for name, value in list(vars(self).items()):
+            if isinstance(value, torch.Tensor):
+                setattr(self, name, None)
 
 
 __all__ = [

@@ -288,3 +288,29 @@ def test_a_hang_says_where_each_rank_was_stuck(tmp_path):
     s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
     assert s["failures"][0]["why"] == ("no result from rank(s) [0, 1]; stuck at: rank 0 _launch (wrapper.py:271), "
                                        "rank 1 ?")
+
+
+def test_a_death_says_what_the_dead_rank_wrote_last(tmp_path):
+    """A rank killed by a C++ abort (SIGABRT: ``terminate called after throwing ...``) leaves its reason in its own
+    log, not in torchrun's: the record keeps the log tails and the one-line reason quotes the dead rank's last
+    lines (warnings and blank lines left out)."""
+    logs = {"7": "UserWarning: something harmless\n\nterminate called after throwing an instance of 'c10::Error'\n"
+                 "  what():  CUDA driver error: invalid argument\n",
+            "0": "rank 0 is fine\n"}
+    note = "rank(s) [7] closed their channel mid-case (died)\nrank 7 died mid-case: exit code -6"
+    _write(tmp_path, [_row(status="died", checks=[], ms=(5,), **{"note": note, "logs": logs})])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert s["failures"][0]["why"] == (
+        "rank 7 said: terminate called after throwing an instance of 'c10::Error' | what(): CUDA driver error: "
+        "invalid argument; rank(s) [7] closed their channel mid-case (died) rank 7 died mid-case: exit code -6")
+
+
+def test_the_case_record_keeps_the_log_tails_of_a_failure():
+    from fuzz.case import Case, PoolSpec
+    from fuzz.record import case_row
+    from fuzz.report import CaseReport
+
+    report = CaseReport(case=Case("compute", seed=1, N=64, K=64, max_M=64, ms=[3]),
+                        spec=PoolSpec(impl="unfused", topology="cpu", world_size=2), status="died", ranks={},
+                        note="rank 1 died mid-case: exit code -6", logs={0: "", 1: "what(): boom\n"})
+    assert case_row(report)["logs"] == {"1": "what(): boom\n"}

@@ -152,6 +152,30 @@ def test_cpu_instance_has_no_workspace_and_falls_back():
     impl.close()  # idempotent
 
 
+def test_workspace_close_drops_every_view_of_the_buffer():
+    """close() leaves no tensor of the symmetric buffer on the workspace (the guards' views included): the memory
+    goes by reference counting at close, never in a later collector pass that may run inside a CUDA-graph capture
+    (torch's symmetric-memory destructor aborts the process there: a gate DIED on an H200)."""
+    import weakref
+
+    from kernel.fused.workspace import SymmetricWorkspace, WorkspaceLayout
+
+    L = WorkspaceLayout(2, 64, 64, 4)
+    ws = object.__new__(SymmetricWorkspace)  # the CPU stands in for the symmetric allocation
+    ws.layout, ws.handle = L, object()
+    ws.buf = torch.zeros(L.total, dtype=torch.uint8)
+    ws.partials = ws.buf[: L.partial_rows * L.N * 2].view(torch.bfloat16).view(L.partial_rows, L.N)
+    ws.guard_a = ws.buf[L.guard_a : L.guard_a + GUARD_BYTES].view(torch.int16)
+    ws.flags = ws.buf[L.flags_off : L.flags_off + L.flag_words * 4].view(torch.int32)
+    ws.guard_b = ws.buf[L.guard_b : L.guard_b + GUARD_BYTES].view(torch.int16)
+    ws.guard_a_expected = ws.guard_b_expected = guard_words(GUARD_BYTES // 2, "cpu")
+    views = [weakref.ref(getattr(ws, n)) for n in ("buf", "partials", "guard_a", "flags", "guard_b")]
+    ws.close()
+    assert ws.handle is None
+    assert [n for n, v in vars(ws).items() if isinstance(v, torch.Tensor)] == []
+    assert [r() for r in views] == [None] * len(views)  # gone by reference counting, no collector pass
+
+
 # --- GPU: the protocol across ranks sharing one GPU, on the gate's harness ---------------------------------
 def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
