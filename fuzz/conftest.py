@@ -144,9 +144,11 @@ def deal(units: dict[tuple, float], places: int) -> dict[tuple, int]:
 
 
 def multi_gpu_places(gpus: int) -> int:
-    """multi-gpu pools that may run side by side: one per pair of GPUs (each leases its W GPUs for as long
-    as it runs; a pool needing more GPUs than are free waits for them)."""
-    return max(1, gpus // 2)
+    """multi-gpu pools that may run side by side: :func:`~fuzz.topology.pools_per_gpu` per pair of GPUs (each
+    leases a slot of its W GPUs for as long as it runs, :func:`~fuzz.topology.lease_gpus`; a pool needing
+    more GPUs than are free waits for them). The gate's multi-gpu cases are correctness cases, not timings:
+    like shared-gpu pools, several time-slice the same GPUs (cross-rank timings are the benchmarks' job)."""
+    return max(1, gpus // 2) * pools_per_gpu()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -195,9 +197,9 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
             if need > gpu_count():
                 pytest.skip(f"{topology} at W={world_size} needs {need} GPU(s); this host has {gpu_count()}")
             shared = topology == "shared-gpu"
-            prefer = (world_size if _RUNNING_PLACE[0] is None else _RUNNING_PLACE[0]) if shared else 0
+            prefer = _RUNNING_PLACE[0] if _RUNNING_PLACE[0] is not None else (world_size if shared else 0)
             lease = _LEASES.get(f"{topology}-{need}") or lease_gpus(
-                need, wait_s=LEASE_WAIT_S, prefer=prefer, slots=pools_per_gpu() if shared else 1)
+                need, wait_s=LEASE_WAIT_S, prefer=prefer, slots=pools_per_gpu())
             if lease is None:
                 pytest.fail(f"no {need} free GPU(s) for {topology} within {LEASE_WAIT_S:.0f}s "
                             f"(held by another run on this host?)")
@@ -245,10 +247,11 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_runtest_setup(item):
-    """The shared-gpu place of the test about to run (its ``gpu-<place>`` group): its pool leases that slot."""
+    """The GPU place of the test about to run (its ``gpu-<place>`` or ``multi-gpu-<place>`` group): its pool
+    leases that slot first."""
     mark = item.get_closest_marker("xdist_group")
     name = str(mark.args[0]) if mark is not None and mark.args else ""
-    _RUNNING_PLACE[0] = int(name.rsplit("-", 1)[1]) if name.startswith("gpu-") else None
+    _RUNNING_PLACE[0] = int(name.rsplit("-", 1)[1]) if name.startswith(("gpu-", "multi-gpu-")) else None
 
 
 def pytest_sessionfinish(session):

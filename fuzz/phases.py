@@ -2,9 +2,10 @@
 
 A rank times the parts of a case the harness can name (:data:`PHASES`); what is left of the rank's round
 trip is ``checks`` (the properties and the harness's own bookkeeping). Phases are host time: GPU work is
-queued asynchronously, so it is charged to whichever phase waits for it (usually ``checks`` or ``oracle``,
-which synchronise) -- the harness never adds a synchronisation to measure, which would change what a
-stream-ordering case tests. A phase opened inside another is charged to the inner one only.
+queued asynchronously, so it is charged to whichever phase waits for it: the families' own waits for the
+device after their calls (``RankContext.sync``) are ``calls``; the oracle and the truth wait within theirs
+-- the harness never adds a synchronisation to measure, which would change what a stream-ordering case
+tests. A phase opened inside another is charged to the inner one only.
 
 ``construct`` includes whatever an implementation does when it is built (the fused kernel's compile or its
 load from the host-wide kernel cache, its symmetric-memory rendezvous).

@@ -127,12 +127,15 @@ def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = N
     ``wait_s`` for other holders (another pytest run on the same host). None if not possible.
 
     ``slots`` > 1 (one GPU shared by several pools, :func:`pools_per_gpu`) leases one of ``slots``
-    places on a GPU instead: ``count`` must be 1, and ``prefer`` numbers places (place v is slot
-    v // total of GPU v % total)."""
+    places instead, and ``prefer`` numbers places: for one GPU (a shared-gpu pool) place v is slot
+    v // total of GPU v % total; for ``count`` GPUs (a multi-gpu pool, one rank per GPU) the GPUs form
+    ``total // count`` disjoint sets of adjacent GPUs and place v is slot v // sets of set v % sets
+    (several multi-gpu pools of correctness cases time-slice the same GPUs, as shared-gpu pools do; slot 0
+    is the exclusive lease's lock, so a run that leases GPUs whole still excludes every pool on them)."""
     if slots > 1:
-        if count != 1:
-            raise ValueError(f"a GPU slot lease takes one GPU, not {count}")
-        return _lease_slot(total, lock_dir, wait_s, prefer, slots)
+        if count == 1:
+            return _lease_slot(total, lock_dir, wait_s, prefer, slots)
+        return _lease_set_slot(count, total, lock_dir, wait_s, prefer, slots)
     import time
 
     total = gpu_count() if total is None else total
@@ -179,6 +182,32 @@ def _lease_slot(total, lock_dir, wait_s, prefer, slots):
             f = _lock(lock_dir, f"gpu{g}.slot{s}.lock")
             if f is not None:
                 return GpuLease([g], [f])
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(1.0)
+
+
+def _lease_set_slot(count, total, lock_dir, wait_s, prefer, slots):
+    import time
+
+    total = gpu_count() if total is None else total
+    sets = total // count if count > 0 else 0
+    if sets <= 0:
+        return None
+    places = sets * slots
+    deadline = time.monotonic() + wait_s
+    while True:
+        for v in [(prefer + i) % places for i in range(places)]:
+            first, s = (v % sets) * count, v // sets
+            files = []
+            for g in range(first, first + count):
+                f = _lock(lock_dir, f"gpu{g}.lock" if s == 0 else f"gpu{g}.multi{s}.lock")
+                if f is None:
+                    break
+                files.append(f)
+            if len(files) == count:
+                return GpuLease(list(range(first, first + count)), files)
+            GpuLease([], files).release()
         if time.monotonic() >= deadline:
             return None
         time.sleep(1.0)

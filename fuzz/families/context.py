@@ -249,8 +249,12 @@ class RankContext:
 
     # synchronisation ----------------------------------------------------------------------------
     def sync(self) -> None:
+        """Wait for this rank's device: charged to ``calls`` (what the families wait for here is the work their
+        calls queued -- on shared-gpu, the kernels time-slicing with the peers' -- so the case's phases show it
+        as the implementation's time, not the checks')."""
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            with phases.phase("calls"):
+                torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
         """All ranks of this context's group here (e.g. after a rejected call's before/after comparison,

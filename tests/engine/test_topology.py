@@ -53,10 +53,29 @@ def test_gpu_slot_leases_share_a_gpu_up_to_the_slot_count(tmp_path):
     held[4].release()
     again = lease_gpus(1, total=2, lock_dir=str(tmp_path), slots=3)
     assert again is not None and again.gpus == [0]
-    with pytest.raises(ValueError):
-        lease_gpus(2, total=2, lock_dir=str(tmp_path), slots=3)
     for h in held[:4] + held[5:] + [again]:
         h.release()
+
+
+def test_multi_gpu_slot_leases_share_gpu_sets(tmp_path):
+    """Several multi-gpu pools (W = 2) on one pair of GPUs, up to the slot count; on 4 GPUs, place v is slot
+    v // 2 of the pair v % 2; slot 0 is the exclusive lease's lock."""
+    held = [lease_gpus(2, total=2, lock_dir=str(tmp_path), slots=3, prefer=v) for v in range(3)]
+    assert [h.gpus for h in held] == [[0, 1]] * 3
+    assert lease_gpus(2, total=2, lock_dir=str(tmp_path), slots=3) is None  # every slot of the pair taken
+    assert lease_gpus(1, total=2, lock_dir=str(tmp_path)) is None  # slot 0 holds the whole-GPU locks
+    held[1].release()
+    again = lease_gpus(2, total=2, lock_dir=str(tmp_path), slots=3)
+    assert again is not None and again.gpus == [0, 1]
+    for h in held[:1] + held[2:] + [again]:
+        h.release()
+    four = [lease_gpus(2, total=4, lock_dir=str(tmp_path / "four"), slots=2, prefer=v) for v in range(4)]
+    assert [h.gpus for h in four] == [[0, 1], [2, 3], [0, 1], [2, 3]]
+    assert lease_gpus(2, total=4, lock_dir=str(tmp_path / "four"), slots=2) is None
+    assert lease_gpus(4, total=4, lock_dir=str(tmp_path / "four"), slots=2) is None  # W = 4: one set, taken
+    for h in four:
+        h.release()
+    assert lease_gpus(3, total=2, lock_dir=str(tmp_path), slots=2) is None  # more GPUs than the host has
 
 
 def test_pools_per_gpu_is_validated(monkeypatch):

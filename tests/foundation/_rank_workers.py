@@ -159,29 +159,35 @@ def planted_rank_failures(rank: int, world_size: int, *, hang_s: float):
     return [], None
 
 
-def rendezvous_agreement(rank: int, world_size: int, *, made: list[int], solo_fails_on: int | None = None):
-    """Rank r's process has made ``made[r]`` rendezvous through the fused workspace; the alignment before the next
-    one, with the one-rank catch-up rendezvous recorded instead of made (no CUDA here) and failing on rank
-    ``solo_fails_on``. info: what it raised on this rank (None: nothing), the catch-ups made, the count after."""
+def rendezvous_agreement(rank: int, world_size: int, *, scenarios: list[dict]):
+    """Each scenario: rank r's process has made ``made[r]`` rendezvous through the fused workspace, then the
+    alignment before the next one, the one-rank catch-up rendezvous recorded instead of made (no CUDA here) and
+    failing on rank ``solo_fails_on``. info: per scenario, what it raised on this rank (None: nothing), the
+    catch-ups made and the count after."""
     import torch.distributed as dist
 
     from kernel.fused import workspace
 
-    workspace._RENDEZVOUS_MADE[0] = made[rank]
-    solo: list = []
+    out = []
+    for sc in scenarios:
+        workspace._RENDEZVOUS_MADE[0] = sc["made"][rank]
+        solo: list = []
+        fails_here = sc.get("solo_fails_on") == rank
 
-    def fake_solo_rendezvous(device):
-        group = workspace._solo_group()  # the real one-rank group, made by this rank alone
-        if dist.get_world_size(group) != 1 or dist.get_process_group_ranks(group) != [rank]:
-            raise RuntimeError(f"the solo group is not this rank alone: {dist.get_process_group_ranks(group)}")
-        if rank == solo_fails_on:
-            raise RuntimeError("planted: the catch-up rendezvous failed")
-        solo.append(device)
+        def fake_solo_rendezvous(device, fails=fails_here, solo=solo):
+            group = workspace._solo_group()  # the real one-rank group, made by this rank alone
+            if dist.get_world_size(group) != 1 or dist.get_process_group_ranks(group) != [rank]:
+                raise RuntimeError(f"the solo group is not this rank alone: {dist.get_process_group_ranks(group)}")
+            if fails:
+                raise RuntimeError("planted: the catch-up rendezvous failed")
+            solo.append(device)
 
-    workspace._solo_rendezvous = fake_solo_rendezvous
-    try:
-        workspace.align_rendezvous_counts(None, "cpu")
-    except Exception as exc:  # noqa: BLE001 -- reported to the test, which judges it
-        return [], {"raised": type(exc).__name__, "message": str(exc), "solo": len(solo)}
+        workspace._solo_rendezvous = fake_solo_rendezvous
+        try:
+            workspace.align_rendezvous_counts(None, "cpu")
+        except Exception as exc:  # noqa: BLE001 -- reported to the test, which judges it
+            out.append({"raised": type(exc).__name__, "message": str(exc), "solo": len(solo)})
+            continue
+        out.append({"raised": None, "solo": len(solo), "after": workspace._RENDEZVOUS_MADE[0]})
     dist.barrier(group=dist.new_group(list(range(world_size))))  # the world's group numbering is intact
-    return [], {"raised": None, "solo": len(solo), "after": workspace._RENDEZVOUS_MADE[0]}
+    return [], out

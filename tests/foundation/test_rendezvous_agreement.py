@@ -14,33 +14,23 @@ from fuzz.case import Case
 pytestmark = pytest.mark.multiproc
 
 
-@pytest.fixture
-def run_ranks_(run_ranks):
-    return lambda worker, W, kwargs: run_ranks(worker, W, kwargs, timeout=120)
-
-
-def test_equal_counts_make_no_catch_up(run_ranks_):
-    same = run_ranks_("rendezvous_agreement", 4, {"made": [3, 3, 3, 3]})
-    assert [(v["info"]["raised"], v["info"]["solo"], v["info"]["after"]) for v in same] == [(None, 0, 3)] * 4
-
-
-def test_ranks_behind_catch_up_on_a_group_of_their_own(run_ranks_):
-    """Ranks 1 and 3 of 4 had a subgroup instance: ranks 0 and 2 each make the missing rendezvous alone (on a
-    one-rank group only they created), and every rank ends at the same count."""
-    apart = run_ranks_("rendezvous_agreement", 4, {"made": [0, 1, 0, 1]})
-    assert [(v["info"]["raised"], v["info"]["solo"], v["info"]["after"]) for v in apart] == [
-        (None, 1, 1), (None, 0, 1), (None, 1, 1), (None, 0, 1)]
-    uneven = run_ranks_("rendezvous_agreement", 3, {"made": [2, 5, 4]})
-    assert [v["info"]["solo"] for v in uneven] == [3, 0, 1]
-    assert {v["info"]["after"] for v in uneven} == {5}
-
-
-def test_a_rank_that_cannot_catch_up_raises_on_every_rank(run_ranks_):
-    failed = run_ranks_("rendezvous_agreement", 4, {"made": [0, 1, 0, 1], "solo_fails_on": 2})
-    assert [v["info"]["raised"] for v in failed] == ["SymmetricMemoryMismatch"] * 4
-    assert all("per group rank: [0, 1, 0, 1]" in v["info"]["message"] and "after: [1, 1, -1, 1]" in
-               v["info"]["message"] for v in failed)
-    assert "planted: the catch-up rendezvous failed" in failed[2]["info"]["message"]
+def test_counts_align_on_a_group_of_ones_own_or_raise_on_every_rank(run_ranks):
+    """In one pool of 4 gloo ranks, in turn: equal counts make no catch-up; ranks 1 and 3 had a subgroup
+    instance, so ranks 0 and 2 each make the missing rendezvous alone (on a one-rank group only they created)
+    and every rank ends at the same count; uneven counts catch up by the difference; a rank whose catch-up
+    fails makes every rank raise SymmetricMemoryMismatch (never a hang)."""
+    scenarios = [{"made": [3, 3, 3, 3]}, {"made": [0, 1, 0, 1]}, {"made": [2, 5, 4, 5]},
+                 {"made": [0, 1, 0, 1], "solo_fails_on": 2}]
+    per_rank = [v["info"] for v in run_ranks("rendezvous_agreement", 4, {"scenarios": scenarios}, timeout=120)]
+    same, apart, uneven, failed = ([r[i] for r in per_rank] for i in range(4))
+    assert [(v["raised"], v["solo"], v["after"]) for v in same] == [(None, 0, 3)] * 4
+    assert [(v["raised"], v["solo"], v["after"]) for v in apart] == [(None, 1, 1), (None, 0, 1), (None, 1, 1),
+                                                                      (None, 0, 1)]
+    assert [v["solo"] for v in uneven] == [3, 0, 1, 0] and {v["after"] for v in uneven} == {5}
+    assert [v["raised"] for v in failed] == ["SymmetricMemoryMismatch"] * 4
+    assert all("per group rank: [0, 1, 0, 1]" in v["message"] and "after: [1, 1, -1, 1]" in v["message"]
+               for v in failed)
+    assert "planted: the catch-up rendezvous failed" in failed[2]["message"]
 
 
 def test_a_typed_construction_error_is_a_failed_check_not_a_harness_error():

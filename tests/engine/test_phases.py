@@ -1,0 +1,50 @@
+"""Where a case's time goes (fuzz/phases.py): named phases, the inner one charged when nested, ``checks`` the
+rest; a family's wait for the device after its calls is charged to ``calls``."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from fuzz import phases
+
+
+def test_nested_phases_charge_the_inner_one_and_checks_is_the_rest():
+    phases.begin()
+    with phases.phase("oracle"):
+        time.sleep(0.05)
+        with phases.phase("truth"):
+            time.sleep(0.1)
+    got = phases.end(total_seconds=0.5)
+    assert 0.04 <= got["oracle"] < 0.09 and 0.09 <= got["truth"] < 0.15
+    assert got["checks"] == pytest.approx(0.5 - got["oracle"] - got["truth"], abs=1e-3)
+    assert set(got) == set(phases.PHASES)
+
+
+def test_outside_a_case_a_phase_is_free_and_names_are_checked():
+    with phases.phase("calls"):  # no case begun: nothing recorded, nothing raised
+        pass
+    with pytest.raises(ValueError, match="unknown phase"):
+        with phases.phase("checks"):
+            pass
+
+
+def test_a_familys_wait_for_the_device_is_charged_to_calls(monkeypatch):
+    from fuzz.families.context import RankContext
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: time.sleep(0.1))
+    ctx = RankContext(lambda *a, **k: None, rank=0, world_size=1, device=torch.device("cuda", 0),
+                      topology="shared-gpu")
+    phases.begin()
+    ctx.sync()
+    got = phases.end(total_seconds=0.12)
+    assert got["calls"] >= 0.09 and got["checks"] < 0.03
+
+
+def test_the_slowest_rank_names_the_case_and_the_driver_keeps_the_rest():
+    ranks = {0: {"phases": {"calls": 0.1, "checks": 0.1}}, 1: {"phases": {"calls": 0.5, "checks": 0.2}}, 2: {}}
+    assert phases.slowest_rank(ranks) == {"calls": 0.5, "checks": 0.2}
+    assert phases.harness_seconds(1.0, phases.slowest_rank(ranks)) == pytest.approx(0.3)
+    assert phases.slowest_rank({}) == {}
