@@ -132,21 +132,22 @@ def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = N
     ``total // count`` disjoint sets of adjacent GPUs and place v is slot v // sets of set v % sets
     (several multi-gpu pools of correctness cases time-slice the same GPUs, as shared-gpu pools do; slot 0
     is the exclusive lease's lock, so a run that leases GPUs whole still excludes every pool on them)."""
-    if slots > 1:
-        if count == 1:
-            return _lease_slot(total, lock_dir, wait_s, prefer, slots)
-        return _lease_set_slot(count, total, lock_dir, wait_s, prefer, slots)
-    import time
-
     total = gpu_count() if total is None else total
     if count <= 0 or count > total:
         return None
-    deadline = time.monotonic() + wait_s
-    while True:
-        lease = _try_lease(count, total, lock_dir, prefer)
-        if lease is not None or time.monotonic() >= deadline:
-            return lease
-        time.sleep(1.0)
+    if slots == 1:
+        return _first_free([prefer], wait_s, lambda _v: _try_lease(count, total, lock_dir, prefer))
+    sets = total // count  # one GPU (count 1): every GPU is a set
+    places = [(prefer + i) % (sets * slots) for i in range(sets * slots)]
+
+    def take(v: int) -> GpuLease | None:
+        first, s = (v % sets) * count, v // sets
+        gpus = list(range(first, first + count))
+        if count == 1:
+            return _lock_all(lock_dir, gpus, [f"gpu{first}.slot{s}.lock"])
+        return _lock_all(lock_dir, gpus, [f"gpu{g}.lock" if s == 0 else f"gpu{g}.multi{s}.lock" for g in gpus])
+
+    return _first_free(places, wait_s, take)
 
 
 def default_lock_dir() -> str:
@@ -168,49 +169,31 @@ def _lock(lock_dir: str | None, name: str):
     return f
 
 
-def _lease_slot(total, lock_dir, wait_s, prefer, slots):
+def _first_free(places: list[int], wait_s: float, take) -> GpuLease | None:
+    """``take(v)`` for each place in turn, again every second until one gives a lease or ``wait_s`` is over."""
     import time
 
-    total = gpu_count() if total is None else total
-    if total <= 0:
-        return None
-    places = total * slots
     deadline = time.monotonic() + wait_s
     while True:
-        for v in [(prefer + i) % places for i in range(places)]:
-            g, s = v % total, v // total
-            f = _lock(lock_dir, f"gpu{g}.slot{s}.lock")
-            if f is not None:
-                return GpuLease([g], [f])
+        for v in places:
+            lease = take(v)
+            if lease is not None:
+                return lease
         if time.monotonic() >= deadline:
             return None
         time.sleep(1.0)
 
 
-def _lease_set_slot(count, total, lock_dir, wait_s, prefer, slots):
-    import time
-
-    total = gpu_count() if total is None else total
-    sets = total // count if count > 0 else 0
-    if sets <= 0:
-        return None
-    places = sets * slots
-    deadline = time.monotonic() + wait_s
-    while True:
-        for v in [(prefer + i) % places for i in range(places)]:
-            first, s = (v % sets) * count, v // sets
-            files = []
-            for g in range(first, first + count):
-                f = _lock(lock_dir, f"gpu{g}.lock" if s == 0 else f"gpu{g}.multi{s}.lock")
-                if f is None:
-                    break
-                files.append(f)
-            if len(files) == count:
-                return GpuLease(list(range(first, first + count)), files)
+def _lock_all(lock_dir: str | None, gpus: list[int], names: list[str]) -> GpuLease | None:
+    """A lease of ``gpus`` holding every lock file of ``names``, or None (and none held) if one is taken."""
+    files = []
+    for name in names:
+        f = _lock(lock_dir, name)
+        if f is None:
             GpuLease([], files).release()
-        if time.monotonic() >= deadline:
             return None
-        time.sleep(1.0)
+        files.append(f)
+    return GpuLease(gpus, files)
 
 
 def _try_lease(count: int, total: int, lock_dir: str | None, prefer: int) -> GpuLease | None:

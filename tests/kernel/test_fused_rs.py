@@ -181,6 +181,16 @@ def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
+def on_hopper_ranks(test):
+    """The marks of a GPU test of ranks sharing a Hopper GPU (skipped, with the reason, elsewhere)."""
+    for mark in (pytest.mark.gpu, pytest.mark.hopper, pytest.mark.kernel, pytest.mark.multiproc,
+                 pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+                 pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU"),
+                 pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")):
+        test = mark(test)
+    return test
+
+
 #: What the protocol must survive, as cases of the gate's families on one long-lived instance per shape:
 #: an alternating sequence of M (tiny, unaligned, one row, max_M - 1) with exact (bitwise vs the oracle and
 #: the integer truth) and gaussian inputs taking turns; out=None; a late first and last rank; a rejected
@@ -270,13 +280,7 @@ def test_protocol_impl_check_fails_on_the_wrong_order():
         _require(Impl(), "push_order", "push_first")
 
 
-@pytest.mark.gpu
-@pytest.mark.hopper
-@pytest.mark.kernel
-@pytest.mark.multiproc
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU")
-@pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
+@on_hopper_ranks
 @pytest.mark.parametrize("impl,W", PROTOCOL_IMPLS, ids=PROTOCOL_IDS)
 def test_fused_rs_shared_gpu(impl, W):
     pool = RankPool(PoolSpec(impl=impl, topology="shared-gpu", world_size=W, optimize=sys.flags.optimize))
@@ -291,13 +295,7 @@ def test_fused_rs_shared_gpu(impl, W):
         pool.close()
 
 
-@pytest.mark.gpu
-@pytest.mark.hopper
-@pytest.mark.kernel
-@pytest.mark.multiproc
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.skipif(torch.cuda.is_available() and not _hopper(), reason="needs an sm_90 GPU")
-@pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
+@on_hopper_ranks
 def test_fused_world_instance_after_a_subgroup_only_some_ranks_were_in():
     """torch numbers symmetric-memory rendezvous per process: after ranks 1 and 3 of 4 built an instance on their
     own group, a new WORLD instance hung in ``rendezvous`` (gate HANGs on an H200). The workspace's catch-up
