@@ -129,6 +129,17 @@ def confirmed_failures(cases: list[dict]) -> list[dict]:
             for r in last.values()]
 
 
+_DIED = re.compile(r"rank (\d+) died mid-case")
+_NOISE = re.compile(r"^\s*$|warn|^\s*(File |Traceback)|^frame #\d+: ", re.IGNORECASE)
+
+
+def last_words(log: str, lines: int = 3) -> str:
+    """The last lines a dead rank wrote (its log tail, blank and warning lines left out): where a C++ abort
+    (``terminate called after throwing ...``, a CUDA error) says why the process died."""
+    kept = [ln.strip() for ln in log.splitlines() if not _NOISE.search(ln)]
+    return " | ".join(kept[-lines:])
+
+
 def failure_reason(row: dict, limit: int = 400) -> str:
     """What failed, in one line: the first failed check's name and detail (rank), else the case's note
     (a hang, a death, a harness error)."""
@@ -149,17 +160,6 @@ def failure_reason(row: dict, limit: int = 400) -> str:
                 text = f"rank {r} said: {last}; " + text
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_DIED = re.compile(r"rank (\d+) died mid-case")
-_NOISE = re.compile(r"^\s*$|warn|^\s*(File |Traceback)|^frame #\d+: ", re.IGNORECASE)
-
-
-def last_words(log: str, lines: int = 3) -> str:
-    """The last lines a dead rank wrote (its log tail, blank and warning lines left out): where a C++ abort
-    (``terminate called after throwing ...``, a CUDA error) says why the process died."""
-    kept = [ln.strip() for ln in log.splitlines() if not _NOISE.search(ln)]
-    return " | ".join(kept[-lines:])
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')

@@ -84,13 +84,8 @@ def _solo_group():
     """A process group of this rank alone: created by this rank only (``use_local_synchronization``: no other
     rank takes part, the world's group numbering is untouched), once per process."""
     if _SOLO_GROUP[0] is None:
-        me = dist.get_rank()
-        name = "gemm-rs-solo"
-        try:
-            _SOLO_GROUP[0] = dist.new_group([me], backend="gloo", use_local_synchronization=True,
-                                            group_desc=name)
-        except TypeError:  # a torch without group_desc
-            _SOLO_GROUP[0] = dist.new_group([me], backend="gloo", use_local_synchronization=True)
+        _SOLO_GROUP[0] = dist.new_group([dist.get_rank()], backend="gloo", use_local_synchronization=True,
+                                        group_desc="gemm-rs-solo")
     return _SOLO_GROUP[0]
 
 
@@ -100,9 +95,7 @@ def _solo_rendezvous(device) -> None:
     from torch.distributed import _symmetric_memory as symm_mem
 
     use_cuda_backend(device)
-    buf = symm_mem.empty(1, dtype=torch.uint8, device=device)
-    symm_mem.rendezvous(buf, _solo_group())
-    del buf
+    symm_mem.rendezvous(symm_mem.empty(1, dtype=torch.uint8, device=device), _solo_group())
 
 
 def _gather(value: int, group) -> list:
