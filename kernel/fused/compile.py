@@ -41,7 +41,6 @@ from .config import (
     DEFAULT_ARCH,
     DEFAULT_PROTOCOL,
     KERNEL_EXPERIMENTS,
-    N_ALIGN,
     PUSH_ORDERS,
     SPIN_TIMEOUT_S,
     check_protocol,
@@ -165,19 +164,11 @@ _MISSES = 0
 _HITS = 0
 
 
-def check_shape(N: int, K: int, config: GemmConfig) -> None:
-    """The shapes a kernel of ``config`` takes: K a multiple of the K tile, N of 8 (16-byte rows for TMA)."""
-    if int(K) <= 0 or int(K) % config.tile_k:
-        raise ValueError(f"K={K} must be a positive multiple of {config.tile_k}")
-    if int(N) <= 0 or int(N) % N_ALIGN:
-        raise ValueError(f"N={N} must be a positive multiple of {N_ALIGN} (16-byte rows)")
-
-
 def get_compiled(N: int, K: int, config: GemmConfig | None = None, arch: str = DEFAULT_ARCH) -> CompiledGemm:
     """The compiled GEMM for (config, arch), bound to (N, K): compiled on first request, then served from
     cache for every shape."""
     config = config or GemmConfig()
-    check_shape(N, K, config)
+    config.check_shape(N, K)
     return _cached(CompileKey(config, arch), _compile_gemm).bound(N, K)
 
 
@@ -203,7 +194,7 @@ def get_compiled_rs(N: int, K: int, config: GemmConfig | None, world_size: int, 
     elif order or experiment:
         raise ValueError("order and experiment are push-protocol builds")
     config = config or GemmConfig()
-    check_shape(N, K, config)
+    config.check_shape(N, K)
     key = RsCompileKey(config, int(world_size), arch, float(spin_timeout_s), normalize_faults(faults, protocol),
                        protocol, order or "", experiment)
     return _cached(key, _compile_rs).bound(N, K)

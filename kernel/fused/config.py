@@ -56,6 +56,14 @@ class GemmConfig:
         if self.group_n < 1 or self.sm_count < 1:
             raise ValueError("group_n and sm_count must be positive")
 
+    def check_shape(self, N: int, K: int) -> None:
+        """The shapes a kernel of this config takes: K a positive multiple of the K tile, N of 8 (16-byte rows
+        for TMA)."""
+        if int(K) <= 0 or int(K) % self.tile_k:
+            raise ValueError(f"K={K} must be a positive multiple of {self.tile_k}")
+        if int(N) <= 0 or int(N) % N_ALIGN:
+            raise ValueError(f"N={N} must be a positive multiple of {N_ALIGN} (16-byte rows)")
+
 
 # --- cross-rank protocol ----------------------------------------------------------------------------
 #: ``pull``: every rank stores its partial tiles in its own workspace and, after its GEMM, reduces its

@@ -86,7 +86,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
-from .config import N_ALIGN, SMEM_CAPACITY_SM90, TILE_N_CHOICES, GemmConfig
+from .config import SMEM_CAPACITY_SM90, TILE_N_CHOICES, GemmConfig
 
 
 class HopperGemmBF16:
@@ -104,10 +104,7 @@ class HopperGemmBF16:
         config.validate()
         self.config = config
         if N is not None and K is not None:
-            if K % config.tile_k:
-                raise ValueError(f"K={K} must be a multiple of {config.tile_k}")
-            if N % N_ALIGN:
-                raise ValueError(f"N={N} must be a multiple of {N_ALIGN} (16-byte rows)")
+            config.check_shape(N, K)
             self.bind_shape(int(N), int(K))
         self.a_dtype = cutlass.BFloat16
         self.b_dtype = cutlass.BFloat16
