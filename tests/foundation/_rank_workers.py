@@ -147,7 +147,12 @@ def bad_calls(impl, rank: int, *, N: int, K: int, max_M: int, seed: int) -> list
 
 
 def planted_rank_failures(rank: int, world_size: int, *, hang_s: float):
-    """For the plumbing's own test: rank 0 reports a failure, rank 1 raises, rank 2 hangs."""
+    """For the plumbing's own test: rank 0 reports a failure, rank 1 raises, rank 2 hangs -- once every rank is
+    up (a barrier first: without it, once on a loaded 2-core CI box, rank 0 had failed and its peers' grace run
+    out while another rank's stack was still in ``init_process_group``, so rank 1 never got to raise)."""
+    import torch.distributed as dist
+
+    dist.barrier()
     if rank == 0:
         return ["planted failure on rank 0: Mismatched elements: 1 / 4 at index (0, 1)"], None
     if rank == 1:
