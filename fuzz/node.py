@@ -165,8 +165,8 @@ class LocalNode:
             return f"torchrun (node {self.index}) still running {EXIT_NOTE_WAIT_S:.0f} s after a rank died"
         text = _read_from(os.path.join(self.logdir, "torchrun.log"), 0)
         tail = "\n".join(text.splitlines()[-15:])
-        first = first_failure(text)
-        head = f"rank {first[0]} died mid-case: exit code {first[1]}" if first else \
+        failed = failures(text)
+        head = "\n".join(f"rank {r} died mid-case: exit code {c}" for r, c in failed) if failed else \
             "torchrun did not name the rank that failed first"
         where = f" (node {self.index})" if self.index else ""
         return f"{head}\ntorchrun{where} exit code {code}\n{tail}"
@@ -250,9 +250,25 @@ def first_failure(torchrun_log: str) -> tuple[int, int] | None:
     root = torchrun_log.split("Root Cause", 1)
     if len(root) < 2:
         return None
-    rank = re.search(r"rank\s*:\s*(\d+)", root[1])
-    code = re.search(r"exitcode\s*:\s*(-?\d+)", root[1])
-    return (int(rank.group(1)), int(code.group(1))) if rank and code else None
+    found = _FAILURE.search(root[1])
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def failures(torchrun_log: str) -> list[tuple[int, int]]:
+    """(rank, exit code) of every rank torchrun reports failed, its root cause first. The root cause alone
+    is not enough: torchrun stamps failures to the second and breaks ties by local rank, so a rank that
+    crashed because its peer exited (gloo's SIGSEGV on a reset connection) can be named "first" in place
+    of the peer that really died first."""
+    first = first_failure(torchrun_log)
+    out = [first] if first else []
+    for found in _FAILURE.finditer(torchrun_log):
+        pair = (int(found.group(1)), int(found.group(2)))
+        if pair not in out:
+            out.append(pair)
+    return out
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
 def killpg_while_alive(leader_fd: int, pgid: int, sig: int) -> bool:
