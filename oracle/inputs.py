@@ -17,6 +17,17 @@ Kinds:
 * ``nonfinite`` — gaussian with a few NaN / +Inf / -Inf planted in x_r (rank-dependent positions).
 * ``skewed``    — gaussian, but rank W-1's inputs scaled by 2**-12: its contribution is small
   against the other ranks' (exact mode, not tolerance, is what catches dropping it).
+
+How dense tensors are drawn (every kind but exact x and zeros): from one fixed table of L ~ 2^24 N(0, 1)
+values (or, for exact weights, of integers in [-3, 3]), generated once per process from fixed seeds, 2^20
+values at a time. A tensor of (seed, rank, tag) is the table read from an offset o that (seed, rank, tag)
+hashes to, row after row (wrapping at the end), times a column of random signs and the kind's scale, rounded
+to bf16: ``t[i, j] = bf16(table[(o + i * K + j) mod L] * s_j * scale)``, L a prime (rows do not repeat). So any
+row range is rebuilt alone, and a tensor costs one copy and one multiply instead of a Gaussian draw per
+element -- on the device where the tensor is used (``device=``): the rank's inputs and the truth's copy of
+every rank's weights no longer pass through the host (the truth rebuilds W weights per call). Every step is
+exact or one IEEE fp32 multiply and one bf16 rounding, so the host and any GPU build the same bits: a case
+found on a GPU replays on the CPU.
 """
 
 from __future__ import annotations
@@ -50,59 +61,70 @@ def exact_nnz(world_size: int) -> int:
     return (EXACT_LIMIT // max(1, world_size)) // (2 * 3)
 
 
-ROW_BLOCK = 64  # x is generated in blocks of rows, so any row range can be rebuilt alone
+ROW_BLOCK = 64  # exact x is generated in blocks of rows, so any row range can be rebuilt alone
 
 
 def make_inputs(
-    seed: int, rank: int, M: int, N: int, K: int, world_size: int, kind: str = "gaussian"
+    seed: int, rank: int, M: int, N: int, K: int, world_size: int, kind: str = "gaussian", device="cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_r, w_r) on the CPU, bf16, contiguous. Deterministic in all arguments."""
-    return make_x(seed, rank, M, K, world_size, kind), make_w(seed, rank, N, K, world_size, kind)
+    """(x_r, w_r) on ``device``, bf16, contiguous. Deterministic in all arguments, the same on every device."""
+    return (make_x(seed, rank, M, K, world_size, kind, device=device),
+            make_w(seed, rank, N, K, world_size, kind, device=device))
 
 
-def make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str = "gaussian") -> torch.Tensor:
-    """w_r (N, K) on the CPU, bf16. A fresh tensor each call (callers may write into it); the values are
-    generated once per argument tuple and cached: the truth rebuilds every rank's w for every call."""
-    return _make_w_cached(seed, rank, N, K, world_size, kind).clone()
+def make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str = "gaussian",
+           device="cpu") -> torch.Tensor:
+    """w_r (N, K), bf16, on ``device``. A fresh tensor each call (callers may write into it)."""
+    if torch.device(device).type == "cpu":
+        return _make_w_cached(seed, rank, N, K, world_size, kind).clone()
+    return _make_w(seed, rank, N, K, world_size, kind, device)
 
 
-def shared_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str = "gaussian") -> torch.Tensor:
-    """w_r as :func:`make_w` builds it, without the copy: the cached tensor itself, which the caller must not
-    write (the truth reads every rank's w for every call)."""
-    return _make_w_cached(seed, rank, N, K, world_size, kind)
+def shared_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str = "gaussian",
+             device="cpu") -> torch.Tensor:
+    """w_r as :func:`make_w` builds it, maybe without the copy (on the host: the cached tensor itself), which
+    the caller must not write (the truth reads every rank's w for every call)."""
+    if torch.device(device).type == "cpu":
+        return _make_w_cached(seed, rank, N, K, world_size, kind)
+    return _make_w(seed, rank, N, K, world_size, kind, device)
 
 
 @functools.lru_cache(maxsize=16)
 def _make_w_cached(seed: int, rank: int, N: int, K: int, world_size: int, kind: str) -> torch.Tensor:
+    return _make_w(seed, rank, N, K, world_size, kind, "cpu")
+
+
+def _make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str, device) -> torch.Tensor:
     _check_kind(kind)
-    gw = _gen(seed, rank, "w")
     if kind == "zeros":
-        return torch.zeros(N, K, dtype=torch.bfloat16)
+        return torch.zeros(N, K, dtype=torch.bfloat16, device=device)
     if kind == "exact":
-        return torch.randint(-3, 4, (N, K), generator=gw).to(torch.bfloat16)
-    w = torch.randn(N, K, generator=gw, dtype=torch.float32) / K**0.5
-    if kind == "small":
-        w = w * 2.0**-10
-    elif kind == "large":
-        w = w * 2.0**50
-    return w.to(torch.bfloat16).contiguous()
+        return _dense("int", seed, rank, "w", (0, N), K, 1.0, device)
+    scale = {"small": 2.0**-10, "large": 2.0**50}.get(kind, 1.0) / K**0.5
+    return _dense("gauss", seed, rank, "w", (0, N), K, scale, device)
 
 
 def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "gaussian",
-           rows: tuple[int, int] | None = None) -> torch.Tensor:
-    """Rows ``rows = (start, stop)`` (default all M) of x_r; any range gives the same values as the
-    corresponding rows of the whole tensor."""
+           rows: tuple[int, int] | None = None, device="cpu") -> torch.Tensor:
+    """Rows ``rows = (start, stop)`` (default all M) of x_r, on ``device``; any range gives the same values as
+    the corresponding rows of the whole tensor."""
     _check_kind(kind)
     start, stop = rows if rows is not None else (0, M)
     start, stop = max(0, start), min(M, stop)
     n = max(0, stop - start)
     if kind == "zeros" or n == 0 or K == 0:
-        return torch.zeros(n, K, dtype=torch.bfloat16)
-    blocks = []
-    for b in range(start // ROW_BLOCK, -(-stop // ROW_BLOCK)):
-        b0, b1 = b * ROW_BLOCK, min(M, (b + 1) * ROW_BLOCK)
-        blocks.append(_x_block(seed, rank, b, b1 - b0, K, world_size, kind))
-    x = torch.cat(blocks)[start - (start // ROW_BLOCK) * ROW_BLOCK :][:n]
+        return torch.zeros(n, K, dtype=torch.bfloat16, device=device)
+    if kind == "exact":
+        blocks = []
+        for b in range(start // ROW_BLOCK, -(-stop // ROW_BLOCK)):
+            b0, b1 = b * ROW_BLOCK, min(M, (b + 1) * ROW_BLOCK)
+            blocks.append(_exact_x_block(seed, rank, b, b1 - b0, K, world_size))
+        x = torch.cat(blocks)[start - (start // ROW_BLOCK) * ROW_BLOCK :][:n].to(device)
+    else:
+        scale = {"small": 2.0**-10, "large": 2.0**50}.get(kind, 1.0)
+        if kind == "skewed" and rank == world_size - 1:
+            scale = 2.0**-12
+        x = _dense("gauss", seed, rank, "x", (start, stop), K, scale, device)
     if kind == "nonfinite":
         picks = torch.randint(0, M * K, (3,), generator=_gen(seed, rank, "nonfinite"))
         for value, flat in zip((float("nan"), float("inf"), float("-inf")), picks.tolist()):
@@ -112,23 +134,73 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
     return x.contiguous()
 
 
-def _x_block(seed, rank, b, rows, K, world_size, kind):
+def _exact_x_block(seed, rank, b, rows, K, world_size):
     g = _gen(seed, rank, f"x{b}")
-    if kind == "exact":
-        nnz = min(K, exact_nnz(world_size))
-        x = torch.zeros(rows, K, dtype=torch.float32)
-        cols = torch.randint(0, K, (rows, nnz), generator=g)  # repeats overwrite: still <= nnz non-zeros
-        vals = torch.randint(1, 3, (rows, nnz), generator=g).float()
-        vals *= torch.where(torch.rand(rows, nnz, generator=g) < 0.5, -1.0, 1.0)
-        return x.scatter_(1, cols, vals).to(torch.bfloat16)
-    x = torch.randn(rows, K, generator=g, dtype=torch.float32)
-    if kind == "small":
-        x = x * 2.0**-10
-    elif kind == "large":
-        x = x * 2.0**50
-    elif kind == "skewed" and rank == world_size - 1:
-        x = x * 2.0**-12
-    return x.to(torch.bfloat16)
+    nnz = min(K, exact_nnz(world_size))
+    x = torch.zeros(rows, K, dtype=torch.float32)
+    cols = torch.randint(0, K, (rows, nnz), generator=g)  # repeats overwrite: still <= nnz non-zeros
+    vals = torch.randint(1, 3, (rows, nnz), generator=g).float()
+    vals *= torch.where(torch.rand(rows, nnz, generator=g) < 0.5, -1.0, 1.0)
+    return x.scatter_(1, cols, vals).to(torch.bfloat16)
+
+
+#: The value table dense tensors are read from (module docstring), drawn TABLE_CHUNK values at a time. Its
+#: length is a prime: a tensor's rows, read one after the other, meet the same values again only after
+#: TABLE_LEN rows, whatever K (with 2^24, rows i and i + 2^24 / K of a power-of-two K would be equal, and a
+#: row-aliasing bug -- a 32-bit byte offset that wraps -- would read an identical row).
+TABLE_CHUNK = 1 << 20
+TABLE_LEN = (1 << 24) - 3
+#: Integers of the exact weights' table: |w| <= 3 (exact_nnz's bound).
+EXACT_W_MAX = 3
+
+
+@functools.cache
+def _host_chunk(table: str, c: int) -> torch.Tensor:
+    """Chunk ``c`` of a table ("gauss": N(0, 1); "int": integers in [-3, 3]), fp32 on the host, read-only."""
+    g = torch.Generator().manual_seed(rank_seed(c, 0, f"table/{table}"))
+    n = min(TABLE_CHUNK, TABLE_LEN - c * TABLE_CHUNK)
+    if table == "int":
+        return torch.randint(-EXACT_W_MAX, EXACT_W_MAX + 1, (n,), generator=g).to(torch.float32)
+    return torch.randn(n, generator=g, dtype=torch.float32)
+
+
+@functools.cache
+def _device_table(table: str, device: torch.device) -> torch.Tensor:
+    """The whole table on ``device`` (64 MiB, once per process and device)."""
+    return torch.cat([_host_chunk(table, c) for c in range(-(-TABLE_LEN // TABLE_CHUNK))]).to(device)
+
+
+def _window(table: str, start: int, count: int, device: torch.device) -> torch.Tensor:
+    """``count`` values of ``table`` from ``start`` on (mod its length), fp32 on ``device``; may be a view of
+    the table (read-only)."""
+    start %= TABLE_LEN
+    whole = _device_table(table, device) if device.type != "cpu" else None
+    pieces = []
+    while count > 0:
+        if whole is not None:
+            take = min(count, TABLE_LEN - start)
+            pieces.append(whole[start : start + take])
+        else:
+            c, off = divmod(start, TABLE_CHUNK)
+            chunk = _host_chunk(table, c)
+            take = min(count, len(chunk) - off)
+            pieces.append(chunk[off : off + take])
+        start, count = (start + take) % TABLE_LEN, count - take
+    if not pieces:
+        return torch.empty(0, dtype=torch.float32, device=device)
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+
+def _dense(table: str, seed: int, rank: int, tag: str, rows: tuple[int, int], K: int, scale: float,
+           device) -> torch.Tensor:
+    """Rows [start, stop) of the (seed, rank, tag) tensor with K columns (module docstring), bf16 on ``device``."""
+    device = torch.device(device)
+    start, stop = rows
+    offset = rank_seed(seed, rank, tag) % TABLE_LEN
+    signs = torch.randint(0, 2, (K,), generator=_gen(seed, rank, f"{tag}/signs")).to(torch.float32) * 2 - 1
+    column = (signs * scale).to(device)  # exact: +-scale, scale a power of two or 1/sqrt(K) as fp32
+    values = _window(table, offset + start * K, (stop - start) * K, device).view(stop - start, K)
+    return (values * column).to(torch.bfloat16)
 
 
 def _check_kind(kind: str) -> None:
@@ -136,6 +208,6 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown input kind {kind!r}; one of {KINDS}")
 
 
-def all_rank_inputs(seed, M, N, K, world_size, kind="gaussian"):
+def all_rank_inputs(seed, M, N, K, world_size, kind="gaussian", device="cpu"):
     """Every rank's (x_r, w_r), rebuilt locally."""
-    return [make_inputs(seed, r, M, N, K, world_size, kind) for r in range(world_size)]
+    return [make_inputs(seed, r, M, N, K, world_size, kind, device) for r in range(world_size)]

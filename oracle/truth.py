@@ -45,20 +45,33 @@ def seeded_shard_truth(seed: int, kind: str, rank: int, M: int, N: int, K: int, 
     S = -(-M // world_size)
     r0 = rank * S
     n_valid = max(0, min(S, M - r0))
-    rows = seeded_rows(seed, kind, (r0, r0 + n_valid), M, N, K, world_size)
+    rows = seeded_rows(seed, kind, (r0, r0 + n_valid), M, N, K, world_size, _where(device))
     return _truth_from_rows(rows, rank, M, world_size, device)
 
 
-@functools.lru_cache(maxsize=2)
 def seeded_rows(seed: int, kind: str, rows: tuple[int, int], M: int, N: int, K: int,
-                world_size: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-    """((x_r[rows], w_r) for every rank r), rebuilt from the seed, on the host; cached for the next caller
-    of the same call (the truth, then the rounding model of :mod:`properties.bias`). Read-only: the tensors
-    are shared."""
+                world_size: int, device: torch.device | str = "cpu") -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """((x_r[rows], w_r) for every rank r), rebuilt from the seed on ``device`` (where the truth is computed:
+    W weights per call never pass through the host); cached for the next caller of the same call (the truth,
+    then the rounding model of :mod:`properties.bias`). Read-only: the tensors are shared."""
+    return _seeded_rows(seed, kind, rows, M, N, K, world_size, _where(device))
+
+
+@functools.lru_cache(maxsize=2)
+def _seeded_rows(seed, kind, rows, M, N, K, world_size, device: torch.device):
     from .inputs import make_x, shared_w
 
-    return tuple((make_x(seed, r, M, K, world_size, kind, rows=rows), shared_w(seed, r, N, K, world_size, kind))
+    return tuple((make_x(seed, r, M, K, world_size, kind, rows=rows, device=device),
+                  shared_w(seed, r, N, K, world_size, kind, device=device))
                  for r in range(world_size))
+
+
+def _where(device) -> torch.device:
+    """``device`` as a torch.device with an index (a cache key: "cuda" and "cuda:0" are one device)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def seeded_rows_truth(seed: int, kind: str, rows: tuple[int, int], M: int, N: int, K: int, world_size: int,
@@ -66,7 +79,7 @@ def seeded_rows_truth(seed: int, kind: str, rows: tuple[int, int], M: int, N: in
     """Truth for the global rows ``rows = (start, stop)`` of Y alone (``row_offset`` = start, every row valid):
     for a check of a few rows of a result too large to hold a whole shard's truth."""
     start, stop = rows
-    parts = seeded_rows(seed, kind, rows, M, N, K, world_size)
+    parts = seeded_rows(seed, kind, rows, M, N, K, world_size, device)
     y = torch.full((stop - start, N), float("nan"), dtype=torch.float64, device=device)
     ap, aq = torch.full_like(y, float("nan")), torch.full_like(y, float("nan"))
     _accumulate(parts, y, ap, aq, device)

@@ -112,19 +112,19 @@ class InvarianceInputs:
 
 
 def invariance_inputs(seed: int, rank: int, M_a: int, M_b: int, N: int, K: int, world_size: int,
-                      kind: str = "gaussian", *, cross_owner: bool = False) -> InvarianceInputs:
+                      kind: str = "gaussian", *, cross_owner: bool = False, device="cpu") -> InvarianceInputs:
     """Call A gets the case's tokens (``oracle.inputs.make_x``); call B gets other tokens of the same kind
     with A's mapped tokens copied into their rows. Deterministic in every argument, so each rank (and the
-    driver) rebuilds any rank's operands alone."""
+    driver) rebuilds any rank's operands alone, on ``device``."""
     from oracle.inputs import make_w, make_x, rank_seed
 
     rm = row_map(seed, M_a, M_b, world_size, cross_owner=cross_owner)
-    x_a = make_x(seed, rank, M_a, K, world_size, kind)
+    x_a = make_x(seed, rank, M_a, K, world_size, kind, device=device)
     other_tokens = rank_seed(seed, 0, "batch-invariance/other-tokens") & 0x7FFFFFFF
-    x_b = make_x(other_tokens, rank, M_b, K, world_size, kind)
+    x_b = make_x(other_tokens, rank, M_b, K, world_size, kind, device=device)
     if rm.rows_a:
         x_b[list(rm.rows_b)] = x_a[list(rm.rows_a)]
-    return InvarianceInputs(x_a, x_b, make_w(seed, rank, N, K, world_size, kind), rm)
+    return InvarianceInputs(x_a, x_b, make_w(seed, rank, N, K, world_size, kind, device=device), rm)
 
 
 def batch_invariant(out_a: torch.Tensor, out_b: torch.Tensor, rm: RowMap, *, rank: int | None = None,

@@ -125,7 +125,7 @@ def seeded_rounding_model(seed: int, kind: str, rank: int | None, M: int, N: int
     from oracle.truth import seeded_rows
 
     r0, n = _rows_of(rank, M, world_size)
-    rows = seeded_rows(seed, kind, (r0, r0 + n), M, N, K, world_size)
+    rows = seeded_rows(seed, kind, (r0, r0 + n), M, N, K, world_size, device)
     return _model_from_rows(rows, r0, world_size, device, _owners(rank, M, world_size))
 
 

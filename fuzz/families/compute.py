@@ -99,7 +99,8 @@ def batch_invariance(ctx: RankContext, impl, case: Case, y_a, w, M_a: int, seed:
     if reason and kind != "exact":
         res = skipped(name, f"waived by the implementation: {reason}", rank=r)
     else:
-        inv = invariance_inputs(ctx.input_seed(seed), r, M_a, M_b, case.N, case.K, W, kind)  # the replica's tokens
+        inv = invariance_inputs(ctx.input_seed(seed), r, M_a, M_b, case.N, case.K, W, kind,  # the replica's tokens
+                                device=ctx.device)
         out = sentinel_like((shard_rows(M_b, W), case.N), device=ctx.device) if case.out == "guarded" else None
         y_b = ctx.call(impl, inv.x_b.to(ctx.device), w, out, tag="batch")
         ctx.sync()

@@ -223,13 +223,14 @@ class RankContext:
     def x(self, case: Case, seed: int, M: int, kind: str | None = None, *, K: int | None = None) -> torch.Tensor:
         with phases.phase("inputs"):
             return offset_view(make_x(self.input_seed(seed), self.rank, M, K or case.K, self.world_size,
-                                      kind or case.kind), case.offset, self.device)
+                                      kind or case.kind, device=self.device), case.offset, self.device)
 
     def w(self, case: Case, seed: int, kind: str | None = None, *, N: int | None = None,
           K: int | None = None) -> torch.Tensor:
         with phases.phase("inputs"):
             return offset_view(make_w(self.input_seed(seed), self.rank, N or case.N, K or case.K,
-                                      self.world_size, kind or case.kind), case.offset, self.device)
+                                      self.world_size, kind or case.kind, device=self.device), case.offset,
+                               self.device)
 
     def truth(self, case: Case, seed: int, M: int, kind: str | None = None, *, N: int | None = None,
               K: int | None = None):

@@ -1,0 +1,102 @@
+"""The seeded input generator (oracle/inputs.py): tensors read from one fixed value table at a hashed offset,
+times random column signs and the kind's scale. What the suite relies on: every argument changes the tensor,
+any row range is the whole tensor's rows, reads past the table's end wrap, the values have the kind's
+distribution, and a GPU builds the same bits as the host (a case found on a GPU replays on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import oracle.inputs as inputs
+from oracle import make_w, make_x
+from oracle.truth import seeded_rows
+
+KINDS_DENSE = ("gaussian", "small", "large", "skewed", "nonfinite")
+
+
+@pytest.mark.parametrize("kind", inputs.KINDS)
+def test_any_row_range_is_the_whole_tensors_rows(kind):
+    whole = make_x(7, 1, 300, 96, 4, kind)
+    for rows in [(0, 1), (63, 65), (100, 257), (299, 300), (0, 300)]:
+        part = make_x(7, 1, 300, 96, 4, kind, rows=rows)
+        assert torch.equal(part.view(torch.int16), whole[rows[0]:rows[1]].view(torch.int16)), (kind, rows)
+
+
+@pytest.mark.parametrize("kind", [k for k in inputs.KINDS if k != "zeros"])
+def test_every_argument_changes_the_tensor(kind):
+    base = make_w(3, 0, 64, 128, 4, kind)
+    for other in (make_w(4, 0, 64, 128, 4, kind), make_w(3, 1, 64, 128, 4, kind)):
+        assert not torch.equal(base, other)
+    x = make_x(3, 0, 64, 128, 4, kind)
+    assert not torch.equal(x, make_x(4, 0, 64, 128, 4, kind))
+    assert not torch.equal(x, make_x(3, 1, 64, 128, 4, kind))
+    if kind != "exact":  # x and w of one (seed, rank) are different reads of the table
+        assert not torch.equal(x.float().abs().sum(), base.float().abs().sum())
+
+
+def test_the_same_arguments_give_the_same_bits_and_a_fresh_w():
+    a, b = make_w(9, 2, 80, 64, 4), make_w(9, 2, 80, 64, 4)
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    a.zero_()  # make_w's tensor is the caller's: writing it leaves the next one whole
+    assert make_w(9, 2, 80, 64, 4).abs().sum() > 0
+
+
+def test_reads_past_the_tables_end_wrap_to_its_start():
+    cpu = torch.device("cpu")
+    tail = inputs._window("gauss", inputs.TABLE_LEN - 5, 5, cpu)
+    head = inputs._window("gauss", 0, 7, cpu)
+    both = inputs._window("gauss", inputs.TABLE_LEN - 5, 12, cpu)
+    assert torch.equal(both, torch.cat([tail, head]))
+    chunk_edge = inputs._window("gauss", inputs.TABLE_CHUNK - 3, 6, cpu)  # across two lazily drawn chunks
+    assert torch.equal(chunk_edge[3:], inputs._window("gauss", inputs.TABLE_CHUNK, 3, cpu))
+    assert len(torch.unique(chunk_edge)) == 6
+
+
+def test_a_tensor_larger_than_the_table_reads_it_again_shifted_never_a_repeated_row():
+    K = 4096  # a power of two: with a table of 2^24 values, row i + 4096 would equal row i
+    M = inputs.TABLE_LEN // K + 4
+    x = make_x(5, 0, M, K, 2, rows=(0, M)).float()
+    flat = x.view(-1)
+    t = torch.arange(0, 3 * K)
+    # the element read L values later is the same table value, in another column: equal up to its sign
+    assert torch.equal(flat[t + inputs.TABLE_LEN].abs(), flat[t].abs())
+    for i in range(M - 4, M):
+        for j in (0, 1, 2, i - inputs.TABLE_LEN // K):
+            assert not torch.equal(x[i].abs(), x[j].abs()), (i, j)
+    assert torch.isfinite(x).all()
+
+
+def test_distributions_match_the_kinds():
+    K = 512
+    w = make_w(1, 0, 1024, K, 2).float()
+    assert abs(w.mean().item()) < 2e-3 and abs(w.std().item() * K**0.5 - 1) < 0.02  # N(0, 1/K)
+    x = make_x(1, 0, 1024, K, 2).float()
+    assert abs(x.std().item() - 1) < 0.02  # N(0, 1)
+    assert abs(make_x(1, 0, 256, K, 2, "small").float().std().item() * 2**10 - 1) < 0.02
+    assert abs(make_x(1, 0, 256, K, 2, "large").float().std().item() / 2**50 - 1) < 0.02
+    assert abs(make_x(1, 1, 256, K, 2, "skewed").float().std().item() * 2**12 - 1) < 0.02  # rank W - 1
+    assert abs(make_x(1, 0, 256, K, 2, "skewed").float().std().item() - 1) < 0.02
+    we = make_w(1, 0, 256, K, 2, "exact").float()
+    assert set(we.unique().tolist()) == set(range(-3, 4))
+    nf = make_x(1, 0, 64, K, 2, "nonfinite").float()
+    assert int(torch.isnan(nf).sum()) == 1 and int(torch.isinf(nf).sum()) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind", inputs.KINDS)
+def test_the_device_builds_the_hosts_bits(kind):
+    dev = torch.device("cuda")
+    for rows in [(0, 300), (17, 200)]:
+        host = make_x(11, 3, 300, 192, 4, kind, rows=rows)
+        gpu = make_x(11, 3, 300, 192, 4, kind, rows=rows, device=dev)
+        assert gpu.device.type == "cuda"
+        assert torch.equal(host.view(torch.int16), gpu.cpu().view(torch.int16)), (kind, rows)
+    host_w, gpu_w = make_w(11, 3, 200, 192, 4, kind), make_w(11, 3, 200, 192, 4, kind, device=dev)
+    assert torch.equal(host_w.view(torch.int16), gpu_w.cpu().view(torch.int16)), kind
+    for (xh, wh), (xg, wg) in zip(seeded_rows(11, kind, (5, 40), 300, 200, 192, 4),
+                                  seeded_rows(11, kind, (5, 40), 300, 200, 192, 4, dev)):
+        assert xg.device.type == wg.device.type == "cuda"
+        assert torch.equal(xh.view(torch.int16), xg.cpu().view(torch.int16))
+        assert torch.equal(wh.view(torch.int16), wg.cpu().view(torch.int16))
