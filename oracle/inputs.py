@@ -115,11 +115,7 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
     if kind == "zeros" or n == 0 or K == 0:
         return torch.zeros(n, K, dtype=torch.bfloat16, device=device)
     if kind == "exact":
-        blocks = []
-        for b in range(start // ROW_BLOCK, -(-stop // ROW_BLOCK)):
-            b0, b1 = b * ROW_BLOCK, min(M, (b + 1) * ROW_BLOCK)
-            blocks.append(_exact_x_block(seed, rank, b, b1 - b0, K, world_size))
-        x = torch.cat(blocks)[start - (start // ROW_BLOCK) * ROW_BLOCK :][:n].to(device)
+        x = _exact_x(seed, rank, M, K, world_size, start, stop, device)
     else:
         scale = {"small": 2.0**-10, "large": 2.0**50}.get(kind, 1.0)
         if kind == "skewed" and rank == world_size - 1:
@@ -134,14 +130,35 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
     return x.contiguous()
 
 
-def _exact_x_block(seed, rank, b, rows, K, world_size):
+def _exact_x(seed, rank, M, K, world_size, start, stop, device) -> torch.Tensor:
+    """Rows [start, stop) of the exact kind's x: its non-zeros drawn on the host per block of ROW_BLOCK rows
+    (a few per row), written into zeros on ``device``."""
+    flat, vals = [], []
+    for b in range(start // ROW_BLOCK, -(-stop // ROW_BLOCK)):
+        b0, b1 = b * ROW_BLOCK, min(M, (b + 1) * ROW_BLOCK)
+        where, values = _exact_x_block(seed, rank, b, b1 - b0, K, world_size)
+        where = where + (b0 - start) * K
+        keep = (where >= 0) & (where < (stop - start) * K)
+        flat.append(where[keep])
+        vals.append(values[keep])
+    x = torch.zeros((stop - start) * K, dtype=torch.bfloat16, device=device)
+    x[torch.cat(flat).to(device)] = torch.cat(vals).to(torch.bfloat16).to(device)  # distinct places: no race
+    return x.view(stop - start, K)
+
+
+def _exact_x_block(seed, rank, b, rows, K, world_size) -> tuple[torch.Tensor, torch.Tensor]:
+    """The non-zeros of block ``b`` (``rows`` rows): (row-major flat places within the block, distinct; values).
+    Each row draws ``nnz`` (column, value) pairs; a column drawn twice keeps its last value (<= nnz non-zeros)."""
     g = _gen(seed, rank, f"x{b}")
     nnz = min(K, exact_nnz(world_size))
-    x = torch.zeros(rows, K, dtype=torch.float32)
-    cols = torch.randint(0, K, (rows, nnz), generator=g)  # repeats overwrite: still <= nnz non-zeros
+    cols = torch.randint(0, K, (rows, nnz), generator=g)
     vals = torch.randint(1, 3, (rows, nnz), generator=g).float()
     vals *= torch.where(torch.rand(rows, nnz, generator=g) < 0.5, -1.0, 1.0)
-    return x.scatter_(1, cols, vals).to(torch.bfloat16)
+    places = (torch.arange(rows)[:, None] * K + cols).flatten()
+    distinct, which = torch.unique(places, return_inverse=True)
+    last = torch.zeros(len(distinct), dtype=torch.long).scatter_reduce_(
+        0, which, torch.arange(len(places)), "amax", include_self=False)
+    return distinct, vals.flatten()[last]
 
 
 #: The value table dense tensors are read from (module docstring), drawn TABLE_CHUNK values at a time. Its

@@ -67,6 +67,28 @@ def test_a_tensor_larger_than_the_table_reads_it_again_shifted_never_a_repeated_
     assert torch.isfinite(x).all()
 
 
+@pytest.mark.parametrize("W", [2, 8, 16])
+def test_exact_x_keeps_the_last_value_of_a_column_drawn_twice(W):
+    """The exact kind's rows, rebuilt by a plain loop over the draws (the definition), equal make_x's."""
+    M, K = 130, 32  # K small: columns drawn twice in most rows
+    x = make_x(21, 1, M, K, W, "exact")
+    expected = torch.zeros(M, K)
+    nnz = min(K, inputs.exact_nnz(W))
+    repeats = 0
+    for b in range(-(-M // inputs.ROW_BLOCK)):
+        rows = min(M, (b + 1) * inputs.ROW_BLOCK) - b * inputs.ROW_BLOCK
+        g = inputs._gen(21, 1, f"x{b}")
+        cols = torch.randint(0, K, (rows, nnz), generator=g)
+        vals = torch.randint(1, 3, (rows, nnz), generator=g).float()
+        vals *= torch.where(torch.rand(rows, nnz, generator=g) < 0.5, -1.0, 1.0)
+        for i in range(rows):
+            repeats += nnz - len(set(cols[i].tolist()))
+            for j in range(nnz):
+                expected[b * inputs.ROW_BLOCK + i, cols[i, j]] = vals[i, j]
+    assert repeats > 0
+    assert torch.equal(x.float(), expected)
+
+
 def test_distributions_match_the_kinds():
     K = 512
     w = make_w(1, 0, 1024, K, 2).float()
