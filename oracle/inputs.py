@@ -183,8 +183,12 @@ def _host_chunk(table: str, c: int) -> torch.Tensor:
 
 @functools.cache
 def _device_table(table: str, device: torch.device) -> torch.Tensor:
-    """The whole table on ``device`` (64 MiB, once per process and device)."""
-    return torch.cat([_host_chunk(table, c) for c in range(-(-TABLE_LEN // TABLE_CHUNK))]).to(device)
+    """The whole table on ``device`` (64 MiB, once per process and device). Complete before it is returned:
+    it is read later on any stream, and a copy from pageable memory may still be in flight when ``to`` returns."""
+    whole = torch.cat([_host_chunk(table, c) for c in range(-(-TABLE_LEN // TABLE_CHUNK))]).to(device)
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+    return whole
 
 
 def _window(table: str, start: int, count: int, device: torch.device) -> torch.Tensor:
@@ -216,8 +220,14 @@ def _dense(table: str, seed: int, rank: int, tag: str, rows: tuple[int, int], K:
     offset = rank_seed(seed, rank, tag) % TABLE_LEN
     signs = torch.randint(0, 2, (K,), generator=_gen(seed, rank, f"{tag}/signs")).to(torch.float32) * 2 - 1
     column = (signs * scale).to(device)  # exact: +-scale, scale a power of two or 1/sqrt(K) as fp32
-    values = _window(table, offset + start * K, (stop - start) * K, device).view(stop - start, K)
-    return (values * column).to(torch.bfloat16)
+    step = max(1, TABLE_LEN // K)  # rows per piece: a tensor of 2^31 elements never holds 2^31 fp32 at once
+    if stop - start <= step:
+        return (_window(table, offset + start * K, (stop - start) * K, device).view(-1, K) * column).to(torch.bfloat16)
+    out = torch.empty(stop - start, K, dtype=torch.bfloat16, device=device)
+    for r in range(start, stop, step):
+        n = min(step, stop - r)
+        out[r - start : r - start + n] = _window(table, offset + r * K, n * K, device).view(n, K) * column
+    return out
 
 
 def _check_kind(kind: str) -> None:

@@ -65,6 +65,10 @@ def test_a_tensor_larger_than_the_table_reads_it_again_shifted_never_a_repeated_
         for j in (0, 1, 2, i - inputs.TABLE_LEN // K):
             assert not torch.equal(x[i].abs(), x[j].abs()), (i, j)
     assert torch.isfinite(x).all()
+    # built in pieces of TABLE_LEN // K rows (the whole), or in one (a few rows): the same bits
+    step = inputs.TABLE_LEN // K
+    for rows in [(M - 6, M), (step - 2, step + 2)]:
+        assert torch.equal(make_x(5, 0, M, K, 2, rows=rows).float(), x[rows[0]:rows[1]])
 
 
 @pytest.mark.parametrize("W", [2, 8, 16])
