@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .result import CheckResult, skipped
+from .result import CheckResult, read_back, skipped
 from .tolerance import BF16_MAX, U_FP32
 
 #: False-alarm probability per check (one call's shard) unless the caller passes another.
@@ -188,18 +188,28 @@ def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[i
     per_partial = (TILT_PER_ROUNDING if W > 1 else 0.0) + drift
     allowance = TILT_PER_ROUNDING * (y.abs() + inner_sum) + per_partial * abs_p
     weight = torch.where(checked, torch.rsqrt(variance + allowance**2), zero)
-    systematic, spread = {}, {}
-    for label, s in ((SIGNED, torch.ones_like(y)), (ALONG_SIGN, torch.sign(y))):
+    # every sum the bounds need, reduced on the device and read back at once (one sync, not 2 W + 5)
+    labels = ((SIGNED, torch.ones_like(y)), (ALONG_SIGN, torch.sign(y)))
+    informative = checked & ~(_representable(y) & partials_exact)
+    sums = []
+    for _, s in labels:
         ws = weight * s
+        sums += [(ws * y).sum(), ((ws * allowance) ** 2).sum()]
+        sums += [(ws[lo:hi] * p[lo:hi]).sum() for lo, hi in owners for p in partials]
+    sums.append(torch.where(informative, bf16_ulp(y), zero).sum())
+    values = read_back(sums)
+    systematic, spread = {}, {}
+    per_label = 2 + len(owners) * len(partials)
+    for i, (label, _) in enumerate(labels):
+        along_y, spread_sq, *shift_sums = values[i * per_label : (i + 1) * per_label]
         along_partials = inner = 0.0
-        for lo, hi in owners:
-            shifts = sorted((abs(float((ws[lo:hi] * p[lo:hi]).sum())) for p in partials), reverse=True)
+        for o in range(len(owners)):
+            shifts = sorted((abs(v) for v in shift_sums[o * len(partials) : (o + 1) * len(partials)]), reverse=True)
             along_partials += sum(shifts)
             inner += sum(sum(shifts[: j + 1]) for j in range(1, W - 1))  # C_2 .. C_{W-1}
-        systematic[label] = TILT_PER_ROUNDING * (abs(float((ws * y).sum())) + inner) + per_partial * along_partials
-        spread[label] = math.sqrt(float(((ws * allowance) ** 2).sum()))
-    informative = checked & ~(_representable(y) & partials_exact)
-    ulp_total = float(torch.where(informative, bf16_ulp(y), zero).sum())
+        systematic[label] = TILT_PER_ROUNDING * (abs(along_y) + inner) + per_partial * along_partials
+        spread[label] = math.sqrt(spread_sq)
+    ulp_total = values[-1]
     return RoundingModel(y, checked, informative, weight, systematic, spread, ulp_total, n, row_offset, K, W)
 
 
@@ -222,13 +232,12 @@ class _Statistic:
     passed: bool
 
 
-def _statistic(label: str, weighted: torch.Tensor, along: torch.Tensor, model: RoundingModel, t: float):
-    """``weighted`` = weight * s * e, ``along`` = s * e."""
-    T = float(weighted.sum())
-    D = math.sqrt(float((weighted * weighted).sum()))
+def _statistic(label: str, T: float, D2: float, along_sum: float, model: RoundingModel, t: float):
+    """From T = sum weight * s * e, D2 = sum (weight * s * e)^2 and ``along_sum`` = the sum of s * e over the
+    informative elements."""
+    D = math.sqrt(D2)
     limit = t * (D + model.systematic_spread[label]) + model.systematic[label]
-    mean_ulp = float(torch.where(model.informative, along, torch.zeros((), dtype=along.dtype, device=along.device))
-                     .sum()) / model.ulp_total
+    mean_ulp = along_sum / model.ulp_total
     if D > 0:
         return _Statistic(label, T / D, limit / D, mean_ulp, abs(T) <= limit)
     return _Statistic(label, 0.0, math.inf, mean_ulp, abs(T) <= limit)
@@ -251,26 +260,34 @@ def no_systematic_bias(actual: torch.Tensor, model: RoundingModel, *, rank: int 
     n = model.n_valid
     a64 = actual[:n].detach().to(torch.float64)
     model = _on(model, a64.device)
-    total = int(model.checked.sum())
     where = f"rows {model.row_offset}..{model.row_offset + n - 1}" if n else "no valid rows"
-    broken = model.checked & ~torch.isfinite(a64)
-    if bool(broken.any()):
-        return CheckResult(name=name, passed=False, rank=rank, total=total, n_wrong=int(broken.sum()),
-                           n_nan=int(torch.isnan(a64[model.checked]).sum()),
-                           n_inf=int(torch.isinf(a64[model.checked]).sum()),
-                           detail=f"{int(broken.sum())} non-finite results where the truth is finite ({where}): "
+    zero = torch.zeros((), dtype=torch.float64, device=a64.device)
+    e = torch.where(model.checked, a64 - model.y, zero)
+    weighted = model.weight * e
+    sign = torch.sign(model.y)
+    # every number of the check reduced on the device and read back at once (result.read_back)
+    sums = {"total": model.checked.sum(), "broken": (model.checked & ~torch.isfinite(a64)).sum(),
+            "nan": (model.checked & torch.isnan(a64)).sum(), "inf": (model.checked & torch.isinf(a64)).sum(),
+            "informative": model.informative.sum()}
+    for label, w_s, along in ((SIGNED, weighted, e), (ALONG_SIGN, weighted * sign, e * sign)):
+        sums[("T", label)], sums[("D2", label)] = w_s.sum(), (w_s * w_s).sum()
+        sums[("along", label)] = torch.where(model.informative, along, zero).sum()
+    got = dict(zip(sums, read_back(sums.values())))
+    total, broken = int(got["total"]), int(got["broken"])
+    if broken:
+        return CheckResult(name=name, passed=False, rank=rank, total=total, n_wrong=broken,
+                           n_nan=int(got["nan"]), n_inf=int(got["inf"]),
+                           detail=f"{broken} non-finite results where the truth is finite ({where}): "
                                   "no mean error to speak of; the result is wrong outright")
-    n_inf = int(model.informative.sum())
+    n_inf = int(got["informative"])
     need = min_informative(false_alarm)
     if n_inf < need:
         return skipped(name, f"not applicable: {n_inf} informative elements (truth or a partial not exactly "
                              f"representable in bf16) of {total} finite ({where}); at a false-alarm probability of "
                              f"{false_alarm:g} the check needs {need} to be able to fail (exact or zero inputs "
                              "round nothing: bitwise_equal judges them)", rank)
-    e = torch.where(model.checked, a64 - model.y, torch.zeros((), dtype=torch.float64, device=a64.device))
-    weighted = model.weight * e
-    sign = torch.sign(model.y)
-    stats = [_statistic(SIGNED, weighted, e, model, t), _statistic(ALONG_SIGN, weighted * sign, e * sign, model, t)]
+    stats = [_statistic(label, got[("T", label)], got[("D2", label)], got[("along", label)], model, t)
+             for label in (SIGNED, ALONG_SIGN)]
     passed = all(s.passed for s in stats)
     lines = []
     for s in stats:

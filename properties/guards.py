@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .result import CheckResult, worst_of
+from .result import CheckResult, read_back, worst_of
 
 GUARD_ROWS = 2
 ALIGN_WORDS = 8  # 16 bytes of bf16
@@ -56,11 +56,14 @@ def guard_regions_untouched(regions: dict[str, tuple[torch.Tensor, torch.Tensor]
     """Every region's current words equal its expected words. Reports the first region that changed,
     with the word offset and count."""
     total, wrong_total, first = 0, 0, None
+    compared = []
     for region, (now, expected) in regions.items():
         now_c = now.detach().reshape(-1)
         exp_c = expected.detach().to(now_c.device).reshape(-1)
-        changed = now_c != exp_c
-        n = int(changed.sum())
+        compared.append((region, now_c, exp_c, now_c != exp_c))
+    # every region's count read back at once (one wait for the device, not one per region)
+    counts = read_back(c.sum() for *_, c in compared)
+    for (region, now_c, exp_c, changed), n in zip(compared, map(int, counts)):
         total += now_c.numel()
         wrong_total += n
         if n and first is None:

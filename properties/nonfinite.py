@@ -23,9 +23,10 @@ def nonfinite_pattern_matches(actual: torch.Tensor, expected: torch.Tensor, n_va
     e = expected[:n_valid].detach().to(a.device).double()
     ca, ce = _classes(a), _classes(e)
     wrong = ca != ce
-    res = worst_of(name, wrong, wrong.double(), a, e, None, rank=rank, row_offset=row_offset)
-    res.extra["expected_nonfinite"] = int((ce != 0).sum())
-    res.extra["actual_nonfinite"] = int((ca != 0).sum())
+    res = worst_of(name, wrong, wrong.double(), a, e, None, rank=rank, row_offset=row_offset,
+                   scalars={"expected_nonfinite": (ce != 0).sum(), "actual_nonfinite": (ca != 0).sum()})
+    res.extra["expected_nonfinite"] = int(res.extra["expected_nonfinite"])
+    res.extra["actual_nonfinite"] = int(res.extra["actual_nonfinite"])
     if not res.passed:
         res.detail = (f"oracle has {res.extra['expected_nonfinite']} non-finite elements, "
                       f"implementation {res.extra['actual_nonfinite']}; class (finite/NaN/+Inf/-Inf) differs at "

@@ -81,33 +81,65 @@ def skipped(name: str, reason: str, rank: int | None = None, *, per_example: boo
     return res
 
 
-def worst_of(name, mask_wrong, err, actual, expected, allowed=None, *, rank=None, row_offset=0, total=None):
+def worst_of(name, mask_wrong, err, actual, expected, allowed=None, *, rank=None, row_offset=0, total=None,
+             scalars=None):
     """Fill a CheckResult from an elementwise error tensor ``err`` (larger is worse; NaN counts as worst)
-    and a boolean mask of wrong elements."""
+    and a boolean mask of wrong elements. ``total`` may be a 0-d tensor and ``scalars`` (name -> 0-d tensor,
+    stored in ``extra``) more values of the caller's: everything is reduced where the data is and read back in
+    two transfers (counts and the worst element's place, then its values), not one per number -- on a GPU
+    that ranks time-slice, every read-back waits for the device."""
     import torch
 
-    n_wrong = int(mask_wrong.sum())
-    total = int(mask_wrong.numel()) if total is None else total
-    res = CheckResult(name=name, passed=n_wrong == 0, rank=rank, total=total, n_wrong=n_wrong)
-    if err.numel() == 0:
-        return res
+    n = err.numel()
+    counts = [mask_wrong.sum(), mask_wrong.numel() if total is None else total]
     a64 = actual.double()
-    res.n_nan = int(torch.isnan(a64).sum())
-    res.n_inf = int(torch.isinf(a64).sum())
-    # Rank the elements: wrong ones first, then by error (NaN errors as +inf).
-    score = torch.nan_to_num(err.double(), nan=float("inf"), posinf=float("inf"))
-    if n_wrong:
-        score = torch.where(mask_wrong, score, torch.full_like(score, -1.0))
-    flat = int(torch.argmax(torch.nan_to_num(score, posinf=1e308)))
+    if n:
+        # Rank the elements: wrong ones first, then by error (NaN errors as +inf); both places, chosen below.
+        score = torch.nan_to_num(err.double(), nan=float("inf"), posinf=float("inf"))
+        masked = torch.where(mask_wrong, score, torch.full_like(score, -1.0))
+        counts += [torch.isnan(a64).sum(), torch.isinf(a64).sum(),
+                   torch.argmax(torch.nan_to_num(masked, posinf=1e308)),
+                   torch.argmax(torch.nan_to_num(score, posinf=1e308))]
+    names = list(scalars or {})
+    read = read_back(counts + [scalars[k] for k in names])
+    n_wrong, total_ = int(read[0]), int(read[1])
+    res = CheckResult(name=name, passed=n_wrong == 0, rank=rank, total=total_, n_wrong=n_wrong)
+    res.extra.update({k: v for k, v in zip(names, read[len(counts):])})
+    if not n:
+        return res
+    res.n_nan, res.n_inf = int(read[2]), int(read[3])
+    flat = int(read[4] if n_wrong else read[5])
     idx = tuple(int(i) for i in _unravel(flat, tuple(err.shape)))
     res.worst_index = idx
     res.worst_row = row_offset + idx[0] if err.dim() >= 1 else None
-    res.worst_actual = float(a64[idx])
-    res.worst_expected = float(expected.double()[idx])
-    res.worst_error = float(err.double()[idx])
+    picks = [a64[idx], expected.double()[idx], err.double()[idx]]
+    has_allowed = allowed is not None and hasattr(allowed, "shape") and allowed.dim()
+    if has_allowed:
+        picks.append(allowed[idx].double())
+    values = read_back(picks)
+    res.worst_actual, res.worst_expected, res.worst_error = values[:3]
     if allowed is not None:
-        res.allowed = float(allowed[idx]) if hasattr(allowed, "shape") and allowed.dim() else float(allowed)
+        res.allowed = values[3] if has_allowed else float(allowed)
     return res
+
+
+def read_back(values) -> list[float]:
+    """Numbers (0-d tensors, or Python numbers) as floats, read back with one transfer per device: on a GPU
+    that ranks time-slice, every read-back waits for the device, so a check reads its numbers at once."""
+    import torch
+
+    values = list(values)
+    out: list[float | None] = [None] * len(values)
+    by_device: dict = {}
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            by_device.setdefault(v.device, []).append(i)
+        else:
+            out[i] = float(v)
+    for idx in by_device.values():
+        for i, f in zip(idx, torch.stack([values[i].reshape(()).to(torch.float64) for i in idx]).tolist()):
+            out[i] = f
+    return out
 
 
 def _unravel(flat: int, shape: tuple) -> list[int]:
