@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch
 
+import properties.bias as bias
+import properties.guards as guards
 import properties.result as result
 from oracle.truth import seeded_shard_truth
 from properties import within_tolerance
-from properties.bias import no_systematic_bias, seeded_rounding_model
-from properties.guards import guard_regions_untouched
 
 
 def test_read_back_keeps_order_and_mixes_numbers_and_tensors():
@@ -19,16 +19,17 @@ def test_read_back_keeps_order_and_mixes_numbers_and_tensors():
     assert result.read_back([]) == []
 
 
-def _counting(monkeypatch):
+def _counting(monkeypatch, module=result) -> list[int]:
+    """``module.read_back`` replaced by one that records how many numbers each read-back carried."""
     calls = []
-    real = result.read_back
+    real = module.read_back
 
     def counted(values):
         values = list(values)
         calls.append(len(values))
         return real(values)
 
-    monkeypatch.setattr(result, "read_back", counted)
+    monkeypatch.setattr(module, "read_back", counted)
     return calls
 
 
@@ -43,25 +44,17 @@ def test_a_failing_tolerance_check_reads_back_twice(monkeypatch):
 
 
 def test_the_bias_check_reads_back_once(monkeypatch):
-    model = seeded_rounding_model(3, "gaussian", 0, 300, 64, 128, 2)
-    import properties.bias as bias
-
-    calls = []
-    real = bias.read_back
-    monkeypatch.setattr(bias, "read_back", lambda values: calls.append(1) or real(values))
-    res = no_systematic_bias(model.y.to(torch.bfloat16), model, rank=0)
-    assert res.passed and calls == [1]
+    model = bias.seeded_rounding_model(3, "gaussian", 0, 300, 64, 128, 2)
+    calls = _counting(monkeypatch, bias)
+    res = bias.no_systematic_bias(model.y.to(torch.bfloat16), model, rank=0)
+    assert res.passed and len(calls) == 1, calls
 
 
 def test_guard_regions_read_back_once_for_every_region(monkeypatch):
-    import properties.guards as guards
-
-    calls = []
-    real = guards.read_back
-    monkeypatch.setattr(guards, "read_back", lambda values: calls.append(1) or real(values))
+    calls = _counting(monkeypatch, guards)
     a, b = torch.arange(8, dtype=torch.int16), torch.arange(6, dtype=torch.int16)
     hit = b.clone()
     hit[4] = -1
-    res = guard_regions_untouched({"front": (a, a.clone()), "back": (hit, b)}, rank=0)
+    res = guards.guard_regions_untouched({"front": (a, a.clone()), "back": (hit, b)}, rank=0)
     assert not res.passed and res.n_wrong == 1 and "region 'back'" in res.detail
     assert len(calls) == 1
