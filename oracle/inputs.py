@@ -61,6 +61,10 @@ def exact_nnz(world_size: int) -> int:
     return (EXACT_LIMIT // max(1, world_size)) // (2 * 3)
 
 
+#: Scales of the Gaussian kinds (module docstring): x and w of "small" and "large", the last rank's x of "skewed".
+KIND_SCALE = {"small": 2.0**-10, "large": 2.0**50}
+SKEWED_SCALE = 2.0**-12
+
 ROW_BLOCK = 64  # exact x is generated in blocks of rows, so any row range can be rebuilt alone
 
 
@@ -100,7 +104,7 @@ def _make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str, de
         return torch.zeros(N, K, dtype=torch.bfloat16, device=device)
     if kind == "exact":
         return _dense("int", seed, rank, "w", (0, N), K, 1.0, device)
-    scale = {"small": 2.0**-10, "large": 2.0**50}.get(kind, 1.0) / K**0.5
+    scale = KIND_SCALE.get(kind, 1.0) / K**0.5
     return _dense("gauss", seed, rank, "w", (0, N), K, scale, device)
 
 
@@ -117,9 +121,9 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
     if kind == "exact":
         x = _exact_x(seed, rank, M, K, world_size, start, stop, device)
     else:
-        scale = {"small": 2.0**-10, "large": 2.0**50}.get(kind, 1.0)
+        scale = KIND_SCALE.get(kind, 1.0)
         if kind == "skewed" and rank == world_size - 1:
-            scale = 2.0**-12
+            scale = SKEWED_SCALE
         x = _dense("gauss", seed, rank, "x", (start, stop), K, scale, device)
     if kind == "nonfinite":
         picks = torch.randint(0, M * K, (3,), generator=_gen(seed, rank, "nonfinite"))
