@@ -92,12 +92,11 @@ def worst_of(name, mask_wrong, err, actual, expected, allowed=None, *, rank=None
 
     n = err.numel()
     counts = [mask_wrong.sum(), mask_wrong.numel() if total is None else total]
-    a64 = actual.double()
     if n:
         # Rank the elements: wrong ones first, then by error (NaN errors as +inf); both places, chosen below.
         score = torch.nan_to_num(err.double(), nan=float("inf"), posinf=float("inf"))
         masked = torch.where(mask_wrong, score, torch.full_like(score, -1.0))
-        counts += [torch.isnan(a64).sum(), torch.isinf(a64).sum(),
+        counts += [torch.isnan(actual).sum(), torch.isinf(actual).sum(),
                    torch.argmax(torch.nan_to_num(masked, posinf=1e308)),
                    torch.argmax(torch.nan_to_num(score, posinf=1e308))]
     names = list(scalars or {})
@@ -112,7 +111,7 @@ def worst_of(name, mask_wrong, err, actual, expected, allowed=None, *, rank=None
     idx = tuple(int(i) for i in _unravel(flat, tuple(err.shape)))
     res.worst_index = idx
     res.worst_row = row_offset + idx[0] if err.dim() >= 1 else None
-    picks = [a64[idx], expected.double()[idx], err.double()[idx]]
+    picks = [actual[idx].double(), expected[idx].double(), err[idx].double()]  # one element each, widened
     has_allowed = allowed is not None and hasattr(allowed, "shape") and allowed.dim()
     if has_allowed:
         picks.append(allowed[idx].double())
