@@ -102,7 +102,7 @@ def batch_invariance(ctx: RankContext, impl, case: Case, y_a, w, M_a: int, seed:
         inv = invariance_inputs(ctx.input_seed(seed), r, M_a, M_b, case.N, case.K, W, kind,  # the replica's tokens
                                 device=ctx.device)
         out = sentinel_like((shard_rows(M_b, W), case.N), device=ctx.device) if case.out == "guarded" else None
-        y_b = ctx.call(impl, inv.x_b.to(ctx.device), w, out, tag="batch")
+        y_b = ctx.call(impl, inv.x_b, w, out, tag="batch")
         ctx.sync()
         res = batch_invariant(y_a, y_b, inv.row_map, rank=r, world_size=W, exact=kind == "exact", name=name)
     res.extra.update(call="batch", M=M_b, M_a=M_a, kind=kind)
