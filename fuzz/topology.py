@@ -130,8 +130,10 @@ def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = N
     places instead, and ``prefer`` numbers places: for one GPU (a shared-gpu pool) place v is slot
     v // total of GPU v % total; for ``count`` GPUs (a multi-gpu pool, one rank per GPU) the GPUs form
     ``total // count`` disjoint sets of adjacent GPUs and place v is slot v // sets of set v % sets
-    (several multi-gpu pools of correctness cases time-slice the same GPUs, as shared-gpu pools do; slot 0
-    is the exclusive lease's lock, so a run that leases GPUs whole still excludes every pool on them)."""
+    (several multi-gpu pools of correctness cases time-slice the same GPUs, as shared-gpu pools do). A
+    multi-gpu pool's slot 0 takes the whole-GPU locks of ``slots == 1`` leases (so the first pool of a set and
+    a whole-GPU lease exclude each other); its other slots, and shared-gpu slots, take locks of their own and
+    time-slice beside either -- correctness cases only, never a timing."""
     total = gpu_count() if total is None else total
     if count <= 0 or count > total:
         return None
