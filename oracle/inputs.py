@@ -225,8 +225,6 @@ def _dense(table: str, seed: int, rank: int, tag: str, rows: tuple[int, int], K:
     signs = torch.randint(0, 2, (K,), generator=_gen(seed, rank, f"{tag}/signs")).to(torch.float32) * 2 - 1
     column = (signs * scale).to(device)  # exact: +-scale, scale a power of two or 1/sqrt(K) as fp32
     step = max(1, TABLE_LEN // K)  # rows per piece: a tensor of 2^31 elements never holds 2^31 fp32 at once
-    if stop - start <= step:
-        return (_window(table, offset + start * K, (stop - start) * K, device).view(-1, K) * column).to(torch.bfloat16)
     out = torch.empty(stop - start, K, dtype=torch.bfloat16, device=device)
     for r in range(start, stop, step):
         n = min(step, stop - r)
