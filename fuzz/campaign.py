@@ -89,7 +89,13 @@ def expected_cases(cmd: list[str], env: dict, root: str) -> int | None:
     return total or None
 
 
-def _progress(out_dir: str, stop: threading.Event, t0: float, every: float, expected: int | None) -> None:
+def _progress(out_dir: str, stop: threading.Event, t0: float, every: float, expect) -> None:
+    """Prints the progress line every ``every`` s until ``stop``; ``expect()`` (the collect-only estimate of
+    :func:`expected_cases`, a few seconds of imports) runs here, beside the pytest session, not before it."""
+    try:
+        expected = expect()
+    except Exception:  # noqa: BLE001 -- an estimate for the progress line only
+        expected = None
     last = -1
     while not stop.wait(every):
         done, failed = _count_cases(out_dir)
@@ -168,9 +174,9 @@ def main(argv=None) -> int:
                                      dict(env, HYPOTHESIS_PROFILE="replay"), root,
                                      os.path.join(out_dir, "pytest.log"), args.time_limit)
     main_cmd = cmd + [f"--junitxml={os.path.join(out_dir, 'junit.xml')}"]
-    expected = expected_cases(main_cmd, env, root)
     stop = threading.Event()
-    ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every, expected), daemon=True)
+    estimate = lambda: expected_cases(main_cmd, env, root)  # noqa: E731
+    ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every, estimate), daemon=True)
     ticker.start()
     if not interrupted:
         left = None if args.time_limit is None else args.time_limit - (time.time() - t0)

@@ -84,6 +84,9 @@ SETTINGS: tuple[Setting, ...] = (
             "py-spy or /proc (fuzz/native_stacks.py); auto: on GPU topologies", "auto|on|off", flag=False),
     Setting("byte_boundaries", "0", "run the GPU byte-boundary family (workspace and output crossing 2^31 and "
             "2^32 bytes) outside the nightly profile", "0|1", flag=False),
+    Setting("profile_ranks", None, "a folder: rank 0 of every pool writes cProfile statistics of its cases there "
+            "(first case alone, then all the others; `python -m pstats`): where a case's time goes", "folder",
+            flag=False),
     Setting("system_python", "0", "ci/setup.sh uses the python3 on PATH instead of a .venv (GPU hosts without "
             "network)", "0|1", flag=False),
 )

@@ -66,6 +66,74 @@ def _route_stack_requests() -> None:
     threading.Thread(target=_stack_requests, name="stack-requests", daemon=True).start()
 
 
+#: Modules torch imports lazily at a GPU rank's first case whatever the implementation: symmetric memory's first
+#: allocation pulls in torch.fx's symbolic shapes and with them sympy (2.2-2.8 s per process in the first case
+#: of every GPU pool, profiled on an H200 host whose packages carry no bytecode cache).
+PRELOAD = ("torch.fx.experimental.symbolic_shapes",)
+
+
+def _preload(modules) -> None:
+    """Import ``modules`` on a daemon thread while the rank joins its group and waits for its first case (the
+    import lock makes a case that needs one wait for it, not import it twice). A module that fails here is
+    ignored: the case that needs it imports it again and reports the error there."""
+    import importlib
+
+    def run():
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except BaseException:  # noqa: BLE001, S112 — reported by the import that needs it
+                continue
+
+    if modules:
+        threading.Thread(target=run, name="gemm-rs-preload", daemon=True).start()
+
+
+class CaseProfiler:
+    """``GEMM_RS_PROFILE_RANKS=<folder>``: rank 0 of a pool profiles its cases with cProfile -- the first case
+    alone (``<topology>-W<W>-<pid>-first.prof``: the pool's start-up work), then every later case into one
+    statistic (``...-rest.prof``, rewritten every :data:`EVERY` cases and at the end). A context manager; a
+    no-op when the setting is off or on other ranks."""
+
+    EVERY = 20
+
+    def __init__(self, path: str | None):
+        self.path, self.cases, self.profile = path, 0, None
+
+    @classmethod
+    def for_rank(cls, rank: int, world_size: int, topology: str) -> CaseProfiler:
+        from .config import current
+
+        folder = current().profile_ranks
+        if not folder or rank != 0:
+            return cls(None)
+        os.makedirs(folder, exist_ok=True)
+        return cls(os.path.join(folder, f"{topology}-W{world_size}-{os.getpid()}"))
+
+    def __enter__(self):
+        if self.path is not None:
+            import cProfile
+
+            if self.profile is None or self.cases == 1:
+                self.profile = cProfile.Profile()
+            self.profile.enable()
+        return self
+
+    def __exit__(self, *exc):
+        if self.path is not None:
+            self.profile.disable()
+            self.cases += 1
+            if self.cases == 1:
+                self.profile.dump_stats(self.path + "-first.prof")
+            elif self.cases % self.EVERY == 0:
+                self.profile.dump_stats(self.path + "-rest.prof")
+        return False
+
+    def close(self) -> None:
+        if self.path is not None and self.profile is not None and self.cases > 1:
+            self.profile.dump_stats(self.path + "-rest.prof")
+
+
 def main() -> int:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
@@ -94,7 +162,14 @@ def main() -> int:
     from .channel import ChannelClosed, connect
     from .execute import RankContext, describe_exception, run_case
 
+    try:
+        impl_factory = load_implementation(os.environ[IMPL_ENV])
+        load_error = None
+    except Exception as exc:  # noqa: BLE001 — reported to the driver, which fails the case
+        impl_factory, load_error = None, describe_exception(exc)
     topology = os.environ.get(TOPOLOGY_ENV, "cpu")
+    if topology != "cpu":  # what the GPU paths import lazily (the cpu topology's ranks need none of it)
+        _preload(PRELOAD + tuple(getattr(impl_factory, "preload_modules", ())))
     if topology == "cpu":
         device = torch.device("cpu")
     elif topology == "shared-gpu":
@@ -105,17 +180,13 @@ def main() -> int:
         torch.cuda.set_device(device)
     backend = "nccl" if topology == "multi-gpu" else "gloo"
     dist.init_process_group(backend=backend)
-    try:
-        impl_factory = load_implementation(os.environ[IMPL_ENV])
-        load_error = None
-    except Exception as exc:  # noqa: BLE001 — reported to the driver, which fails the case
-        impl_factory, load_error = None, describe_exception(exc)
     ctx = RankContext(impl_factory, rank=rank, world_size=world_size, device=device, group=None,
                       topology=topology)
     chan = connect(os.environ[DRIVER_ENV])
     node = int(os.environ.get(NODE_ENV, "0"))
     chan.send({"type": "hello", "rank": rank, "node": node, "pid": os.getpid(), "optimize": sys.flags.optimize,
                "device": str(device), "torch": torch.__version__, "backend": backend})
+    profiler = CaseProfiler.for_rank(rank, world_size, topology)
     while True:
         try:
             msg = chan.recv()
@@ -130,7 +201,8 @@ def main() -> int:
         phases.begin()
         if error is None:
             try:
-                checks = run_case(ctx, Case.from_json(msg["case"]))
+                with profiler:
+                    checks = run_case(ctx, Case.from_json(msg["case"]))
             except BaseException as exc:  # noqa: BLE001 — every failure goes back to the driver
                 error = describe_exception(exc)
         seconds = time.perf_counter() - t0
@@ -139,6 +211,7 @@ def main() -> int:
         chan.send({"type": "result", "id": msg["id"], "rank": rank, "error": error,
                    "checks": [c.to_json() for c in checks],
                    "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize})
+    profiler.close()
     ctx.close()
     chan.close()
     dist.destroy_process_group()

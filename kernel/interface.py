@@ -70,6 +70,9 @@ class GemmRsImplementation(abc.ABC):
     waived_clauses: dict[str, str] = {}
     #: M from which the fused path pays (CONTRACT.md: default 128)
     should_run_min_m: int = 128
+    #: modules a harness may import ahead, in the background, while its ranks start (heavy imports the
+    #: implementation would do lazily at its first construction, e.g. a kernel DSL); none by default
+    preload_modules: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -146,7 +146,7 @@ def _exact_x(seed, rank, M, K, world_size, start, stop, device) -> torch.Tensor:
         flat.append(where[keep])
         vals.append(values[keep])
     x = torch.zeros((stop - start) * K, dtype=torch.bfloat16, device=device)
-    x[torch.cat(flat).to(device)] = torch.cat(vals).to(torch.bfloat16).to(device)  # distinct places: no race
+    x[_to_device(torch.cat(flat), device)] = _to_device(torch.cat(vals).to(torch.bfloat16), device)  # distinct
     return x.view(stop - start, K)
 
 
@@ -223,13 +223,25 @@ def _dense(table: str, seed: int, rank: int, tag: str, rows: tuple[int, int], K:
     start, stop = rows
     offset = rank_seed(seed, rank, tag) % TABLE_LEN
     signs = torch.randint(0, 2, (K,), generator=_gen(seed, rank, f"{tag}/signs")).to(torch.float32) * 2 - 1
-    column = (signs * scale).to(device)  # exact: +-scale, scale a power of two or 1/sqrt(K) as fp32
+    column = _to_device(signs * scale, device)  # exact: +-scale, scale a power of two or 1/sqrt(K) as fp32
     step = max(1, TABLE_LEN // K)  # rows per piece: a tensor of 2^31 elements never holds 2^31 fp32 at once
     out = torch.empty(stop - start, K, dtype=torch.bfloat16, device=device)
     for r in range(start, stop, step):
         n = min(step, stop - r)
         out[r - start : r - start + n] = _window(table, offset + r * K, n * K, device).view(n, K) * column
     return out
+
+
+def _to_device(host: torch.Tensor, device) -> torch.Tensor:
+    """``host`` (a small tensor drawn on the host: signs, exact x's places and values) on ``device`` without
+    waiting: a copy from pageable memory blocks the host until the stream's earlier work is done, and on a GPU
+    that ranks time-slice each such wait is a turn of every process (seen: 8,000 of them, 32 s in one ci gate).
+    From pinned memory the copy is queued on the current stream like a kernel (torch's pinned-memory cache keeps
+    the buffer until the copy is done)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def _check_kind(kind: str) -> None:

@@ -17,9 +17,12 @@ ALIGN_WORDS = 8  # 16 bytes of bf16
 
 
 def guard_pattern(n: int, seed: int = 0x5EED, device="cpu") -> torch.Tensor:
-    """n int16 words, deterministic, never a whole row of one value (so zero-fills and copies show)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(-(2**15), 2**15, (n,), generator=g, dtype=torch.int32).to(torch.int16).to(device)
+    """n int16 words, deterministic, never a whole row of one value (so zero-fills and copies show): word i is
+    ``(i * 40503 + 7919 * seed) mod 2^16`` (neighbours differ by 40503 mod 2^16, so no two neighbours are
+    equal), built on ``device`` itself (no copy from the host: on a GPU that ranks time-slice, a copy from
+    pageable memory waits for the device)."""
+    idx = torch.arange(n, dtype=torch.int64, device=device)
+    return ((idx * 40503 + 7919 * int(seed)) % 65536 - 32768).to(torch.int16)
 
 
 class Guarded:

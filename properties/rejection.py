@@ -10,7 +10,7 @@ import traceback
 
 import torch
 
-from .result import CheckResult
+from .result import CheckResult, read_back
 
 
 def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[str, torch.Tensor], *, rank=None,
@@ -27,7 +27,7 @@ def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     exp_names = expected.__name__ if isinstance(expected, type) else "/".join(e.__name__ for e in expected)
-    changed = [k for k, v in watched.items() if not same_bits(v, before[k])]
+    changed = differing({k: (v, before[k]) for k, v in watched.items()})
     if raised is None:
         detail = f"call was accepted; expected {exp_names}"
         ok = False
@@ -46,18 +46,36 @@ def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` hold identical bits (NaN payloads and signed zeros included)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.numel() == 0:
-        return True
+    return not differing({"": (a, b)})
+
+
+def differing(pairs: dict) -> list:
+    """The labels of ``pairs`` (label -> (a, b)) whose tensors do not hold identical bits (shape, dtype, and
+    every byte: NaN payloads and signed zeros included). Each pair is compared where its data is; the answers
+    are read back at once (one transfer per device): on a GPU that ranks time-slice, every read-back waits for
+    the device, and a bad call watches a dozen tensors."""
+    verdicts: dict = {}
+    for label, (a, b) in pairs.items():
+        if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+            verdicts[label] = True
+        elif a.numel() == 0:
+            verdicts[label] = False
+        else:
+            verdicts[label] = _any_word_differs(a, b)
+    flags = read_back(list(verdicts.values()))
+    return [label for label, flag in zip(verdicts, flags) if flag]
+
+
+def _any_word_differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A 0-d bool tensor on the tensors' device: some byte of ``a`` differs from ``b``'s (same shape, dtype)."""
     # contiguous(): a watched tensor may be a strided view (the non-contiguous bad call itself)
     fa, fb = (t.detach().reshape(-1).contiguous().view(torch.uint8) for t in (a, b))
     for wide in (torch.int64, torch.int32):  # compare in wide words where the bytes allow it: several times faster
         try:
-            return bool(torch.equal(fa.view(wide), fb.view(wide)))
+            return (fa.view(wide) != fb.view(wide)).any()
         except RuntimeError:  # size or offset not a multiple of the word
             continue
-    return bool(torch.equal(fa, fb))
+    return (fa != fb).any()
 
 
 def call_raised(exc: BaseException, *, rank=None, what: str = "a valid call", name="call_raised") -> CheckResult:

@@ -17,7 +17,7 @@ import torch
 
 from .exact import bitwise_equal
 from .padding import padded_rows_untouched
-from .rejection import same_bits
+from .rejection import differing
 from .result import CheckResult
 
 
@@ -100,7 +100,8 @@ def results_unchanged(held: list[tuple[str, torch.Tensor, torch.Tensor]], *, ran
                       name="earlier_results_unchanged") -> CheckResult:
     """``held``: (label, result as the caller holds it, copy taken when it was returned). Every result
     still has its bits (all rows, padding included). Reports the first one that changed."""
-    changed = [(label, now, then) for label, now, then in held if not same_bits(now, then)]
+    differ = set(differing({i: (now, then) for i, (_, now, then) in enumerate(held)}))
+    changed = [entry for i, entry in enumerate(held) if i in differ]
     if not changed:
         return CheckResult(name=name, passed=True, rank=rank, total=len(held),
                            detail=f"{len(held)} results the caller holds kept their bits")

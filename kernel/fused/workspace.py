@@ -41,8 +41,8 @@ def _round_up(n: int, a: int = ALIGN) -> int:
 
 def guard_words(n: int, device, salt: int = 0) -> torch.Tensor:
     """A fixed, irregular int16 pattern for red zones (not a plausible bf16 row, nor zeros)."""
-    idx = torch.arange(n, dtype=torch.int32) + salt
-    return ((idx * 40503 + 12345) % 65536 - 32768).to(torch.int16).to(device)
+    idx = torch.arange(n, dtype=torch.int32, device=device) + salt  # built where it is used: no copy, no wait
+    return ((idx * 40503 + 12345) % 65536 - 32768).to(torch.int16)
 
 
 def tile_slots(max_M: int, N: int, tiles_mn: list[tuple[int, int]]) -> int:

@@ -141,6 +141,7 @@ class FusedGemmRs(GemmRsImplementation):
 
     name = "fused"
     main_path = "fused"
+    preload_modules = ("kernel.fused.compile",)  # the CuTe DSL (a few seconds of imports per process)
     fallback_path = "unfused"  # what can_run rejects runs UnfusedGemmRs (none with force_fused=True)
     #: Fault-injected build (names from :data:`KERNEL_FAULTS`); empty: the real kernel. Subclasses in
     #: ``mutants/kernel_faults.py`` set it; the ``faults=`` argument overrides it.

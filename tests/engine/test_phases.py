@@ -48,3 +48,59 @@ def test_the_slowest_rank_names_the_case_and_the_driver_keeps_the_rest():
     assert phases.slowest_rank(ranks) == {"calls": 0.5, "checks": 0.2}
     assert phases.harness_seconds(1.0, phases.slowest_rank(ranks)) == pytest.approx(0.3)
     assert phases.slowest_rank({}) == {}
+
+
+def test_rank_zero_profiles_its_first_case_alone_and_the_rest_together(tmp_path, monkeypatch):
+    import pstats
+
+    from fuzz import config, rank_worker
+
+    monkeypatch.setattr(config, "_CURRENT", config.resolve(environ={"GEMM_RS_PROFILE_RANKS": str(tmp_path)}))
+    assert rank_worker.CaseProfiler.for_rank(1, 2, "cpu").path is None  # other ranks: off
+    prof = rank_worker.CaseProfiler.for_rank(0, 2, "cpu")
+
+    def first_case_work():
+        return sum(range(1000))
+
+    def later_case_work():
+        return sorted(range(1000))
+
+    with prof:
+        first_case_work()
+    for _ in range(3):
+        with prof:
+            later_case_work()
+    prof.close()
+    first, rest = (str(p) for p in sorted(tmp_path.glob("cpu-W2-*-*.prof")))
+    assert first.endswith("-first.prof") and rest.endswith("-rest.prof")
+    names = {fn[2]: ncalls for fn, (ncalls, *_rest) in pstats.Stats(first).stats.items()}
+    assert names.get("first_case_work") == 1 and "later_case_work" not in names
+    names = {fn[2]: ncalls for fn, (ncalls, *_rest) in pstats.Stats(rest).stats.items()}
+    assert names.get("later_case_work") == 3 and "first_case_work" not in names
+
+
+def test_rank_zero_does_not_profile_unless_asked(monkeypatch):
+    from fuzz import config, rank_worker
+
+    monkeypatch.setattr(config, "_CURRENT", config.resolve(environ={}))
+    prof = rank_worker.CaseProfiler.for_rank(0, 2, "cpu")
+    with prof:
+        pass
+    prof.close()
+    assert prof.path is None and prof.profile is None
+
+
+def test_a_rank_preloads_modules_in_the_background_and_ignores_one_that_fails(tmp_path, monkeypatch):
+    import sys
+    import threading
+
+    from fuzz import rank_worker
+
+    (tmp_path / "gemm_rs_preload_probe.py").write_text("LOADED_BY = __import__('threading').current_thread().name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "gemm_rs_preload_probe", raising=False)
+    rank_worker._preload(("gemm_rs_no_such_module", "gemm_rs_preload_probe"))
+    for t in threading.enumerate():
+        if t.name == "gemm-rs-preload":
+            t.join(timeout=30)
+    assert sys.modules["gemm_rs_preload_probe"].LOADED_BY == "gemm-rs-preload"

@@ -356,3 +356,13 @@ def test_skipped_is_never_passed():
     assert res.render() == "[graph_replay] rank 1: SKIPPED — waived: gloo on CPU is not capturable"
     assert res.raise_if_failed() is res  # skipped is not a failure either
     assert res.to_json()["skipped"] is True
+
+
+def test_guard_pattern_is_fixed_irregular_and_seeded():
+    from properties.guards import guard_pattern
+
+    p = guard_pattern(4096, seed=7)
+    assert p.dtype == torch.int16 and torch.equal(p, guard_pattern(4096, seed=7))
+    assert not torch.equal(p, guard_pattern(4096, seed=8))
+    assert bool((p[1:] != p[:-1]).all())  # no two neighbours equal: a fill with one value shows everywhere
+    assert len(set(p.tolist())) > 4000 and int((p == 0).sum()) < 4
