@@ -114,7 +114,7 @@ class CaseProfiler:
         if self.path is not None:
             import cProfile
 
-            if self.profile is None or self.cases == 1:
+            if self.profile is None:
                 self.profile = cProfile.Profile()
             self.profile.enable()
         return self
@@ -125,12 +125,13 @@ class CaseProfiler:
             self.cases += 1
             if self.cases == 1:
                 self.profile.dump_stats(self.path + "-first.prof")
+                self.profile = None  # the later cases go into a statistic of their own
             elif self.cases % self.EVERY == 0:
                 self.profile.dump_stats(self.path + "-rest.prof")
         return False
 
     def close(self) -> None:
-        if self.path is not None and self.profile is not None and self.cases > 1:
+        if self.path is not None and self.profile is not None:
             self.profile.dump_stats(self.path + "-rest.prof")
 
 

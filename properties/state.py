@@ -33,9 +33,8 @@ def state_unchanged(before: dict[str, torch.Tensor], after: dict[str, torch.Tens
                     name: str) -> CheckResult:
     """Every tensor of ``before`` has the same bits in ``after`` (a label missing in ``after`` counts as
     changed: the state went away). ``during``: what ran in between, for the message."""
-    missing = [label for label in before if label not in after]
     differ = set(differing({label: (after[label], then) for label, then in before.items() if label in after}))
-    changed = [label for label in before if label in differ or label in missing]
+    changed = [label for label in before if label not in after or label in differ]
     if changed:
         return CheckResult(name=name, passed=False, rank=rank, total=len(before), n_wrong=len(changed),
                            extra={"changed": changed},
