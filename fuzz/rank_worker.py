@@ -72,10 +72,11 @@ def _route_stack_requests() -> None:
 PRELOAD = ("torch.fx.experimental.symbolic_shapes",)
 
 
-def _preload(modules) -> None:
+def _preload(modules) -> threading.Thread | None:
     """Import ``modules`` on a daemon thread while the rank joins its group and waits for its first case (the
     import lock makes a case that needs one wait for it, not import it twice). A module that fails here is
-    ignored: the case that needs it imports it again and reports the error there."""
+    ignored: the case that needs it imports it again and reports the error there. Returns the thread (the rank
+    joins it before it exits: no interpreter shutdown in the middle of an import)."""
     import importlib
 
     def run():
@@ -85,8 +86,11 @@ def _preload(modules) -> None:
             except BaseException:  # noqa: BLE001, S112 — reported by the import that needs it
                 continue
 
-    if modules:
-        threading.Thread(target=run, name="gemm-rs-preload", daemon=True).start()
+    if not modules:
+        return None
+    thread = threading.Thread(target=run, name="gemm-rs-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 class CaseProfiler:
@@ -169,8 +173,9 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 — reported to the driver, which fails the case
         impl_factory, load_error = None, describe_exception(exc)
     topology = os.environ.get(TOPOLOGY_ENV, "cpu")
+    preloading = None
     if topology != "cpu":  # what the GPU paths import lazily (the cpu topology's ranks need none of it)
-        _preload(PRELOAD + tuple(getattr(impl_factory, "preload_modules", ())))
+        preloading = _preload(PRELOAD + tuple(getattr(impl_factory, "preload_modules", ())))
     if topology == "cpu":
         device = torch.device("cpu")
     elif topology == "shared-gpu":
@@ -213,6 +218,8 @@ def main() -> int:
                    "checks": [c.to_json() for c in checks],
                    "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize})
     profiler.close()
+    if preloading is not None:
+        preloading.join(timeout=60)
     ctx.close()
     chan.close()
     dist.destroy_process_group()

@@ -92,15 +92,13 @@ def test_rank_zero_does_not_profile_unless_asked(monkeypatch):
 
 def test_a_rank_preloads_modules_in_the_background_and_ignores_one_that_fails(tmp_path, monkeypatch):
     import sys
-    import threading
 
     from fuzz import rank_worker
 
     (tmp_path / "gemm_rs_preload_probe.py").write_text("LOADED_BY = __import__('threading').current_thread().name\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "gemm_rs_preload_probe", raising=False)
-    rank_worker._preload(("gemm_rs_no_such_module", "gemm_rs_preload_probe"))
-    for t in threading.enumerate():
-        if t.name == "gemm-rs-preload":
-            t.join(timeout=30)
-    assert sys.modules["gemm_rs_preload_probe"].LOADED_BY == "gemm-rs-preload"
+    thread = rank_worker._preload(("gemm_rs_no_such_module", "gemm_rs_preload_probe"))
+    thread.join(timeout=30)
+    assert not thread.is_alive() and sys.modules["gemm_rs_preload_probe"].LOADED_BY == "gemm-rs-preload"
+    assert rank_worker._preload(()) is None
