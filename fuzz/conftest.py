@@ -15,13 +15,17 @@ import pytest
 from fuzz.case import PoolSpec
 from fuzz.config import current
 from fuzz.pool import RankPool
-from fuzz.topology import available_topologies, gpu_count, lease_gpus, pools_per_gpu
+from fuzz.topology import available_topologies, gpu_count, lease_gpus, lease_ranks, pools_per_gpu, rank_budget
 
 #: Seconds a worker waits for a GPU another run on this host holds.
 LEASE_WAIT_S = 1800.0
 
 _POOLS: dict[tuple, RankPool] = {}
 _LEASES: dict[str, object] = {}
+#: pool key -> the rank tokens of its GPU that a shared-gpu pool holds while it lives (fuzz.topology.lease_ranks)
+_RANK_LEASES: dict[tuple, object] = {}
+#: GPU -> its rank budget (fuzz.topology.rank_budget), asked once per worker
+_BUDGETS: dict[int, int] = {}
 #: the shared-gpu place of the running test (pytest_runtest_setup), None outside a shared-gpu test
 _RUNNING_PLACE: list = [None]
 
@@ -205,17 +209,45 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
                             f"(held by another run on this host?)")
             _LEASES[f"{topology}-{need}"] = lease
             gpus = lease.gpus
+        if topology == "shared-gpu":
+            _lease_rank_tokens(spec, gpus[0])
         pool = RankPool(spec, gpus=gpus)
         _POOLS[spec.key()] = pool
     return pool
 
 
+def _lease_rank_tokens(spec: PoolSpec, gpu: int) -> None:
+    """Before a shared-gpu pool starts: this worker's other shared-gpu pools close (they are idle: a worker runs
+    one test at a time) and the new one takes W of its GPU's rank tokens, waiting for pools of other workers to
+    give them back -- the pools beside each other on a GPU never hold more ranks than its memory takes."""
+    for key in [k for k in _POOLS if k[1] == "shared-gpu"]:
+        close_pool(key)
+    if gpu not in _BUDGETS:
+        _BUDGETS[gpu] = rank_budget(gpu)
+    lease = lease_ranks(gpu, spec.world_size, budget=_BUDGETS[gpu], wait_s=LEASE_WAIT_S)
+    if lease is None:
+        pytest.fail(f"no {spec.world_size} rank tokens of GPU {gpu} (budget {_BUDGETS[gpu]}) came free within "
+                    f"{LEASE_WAIT_S:.0f}s (held by another run on this host?)")
+    _RANK_LEASES[spec.key()] = lease
+
+
+def close_pool(key: tuple) -> None:
+    """Close this worker's pool ``key`` and give back the rank tokens it held."""
+    pool = _POOLS.pop(key, None)
+    try:
+        if pool is not None:
+            pool.close()
+    finally:
+        lease = _RANK_LEASES.pop(key, None)
+        if lease is not None:
+            lease.release()
+
+
 @pytest.fixture(scope="session")
 def pool_factory():
     yield get_pool
-    for pool in _POOLS.values():
-        pool.close()
-    _POOLS.clear()
+    for key in list(_POOLS):
+        close_pool(key)
     for lease in _LEASES.values():
         lease.release()
 
@@ -239,7 +271,7 @@ def pytest_runtest_teardown(item, nextitem):
     if gate is None or (nextitem is not None and _gate_of(nextitem) == gate):
         return
     for key in [k for k in _POOLS if k[:3] == tuple(gate)]:
-        _POOLS.pop(key).close()
+        close_pool(key)
     if gate[1] == "multi-gpu":  # its GPUs go back: another worker's multi-gpu pool may be waiting for them
         lease = _LEASES.pop(f"multi-gpu-{gate[2] // nnodes()}", None)
         if lease is not None:
@@ -255,5 +287,5 @@ def pytest_runtest_setup(item):
 
 
 def pytest_sessionfinish(session):
-    for pool in _POOLS.values():
-        pool.close()
+    for key in list(_POOLS):
+        close_pool(key)

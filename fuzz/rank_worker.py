@@ -139,6 +139,21 @@ class CaseProfiler:
             self.profile.dump_stats(self.path + "-rest.prof")
 
 
+#: Bytes of cached GPU memory a rank keeps between cases; more goes back to the driver after the case
+#: (``torch.cuda.empty_cache``): cases of a campaign have every size, and a rank that kept the blocks of its
+#: largest one would hold them while its GPU's other pools run theirs (fuzz.topology.RANK_GPU_GIB).
+CACHE_KEEP_BYTES = 1 << 30
+
+
+def trim_gpu_cache(torch_mod, device, keep: int = CACHE_KEEP_BYTES) -> bool:
+    """After a case: give the caching allocator's unused blocks back when it reserves more than ``keep`` bytes
+    on ``device`` (a CUDA device; other devices keep theirs). Whether it did."""
+    if device.type != "cuda" or torch_mod.cuda.memory_reserved(device) <= keep:
+        return False
+    torch_mod.cuda.empty_cache()
+    return True
+
+
 def main() -> int:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
@@ -217,6 +232,7 @@ def main() -> int:
         chan.send({"type": "result", "id": msg["id"], "rank": rank, "error": error,
                    "checks": [c.to_json() for c in checks],
                    "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize})
+        trim_gpu_cache(torch, device)
     profiler.close()
     if preloading is not None:
         preloading.join(timeout=60)

@@ -152,6 +152,85 @@ def lease_gpus(count: int, *, total: int | None = None, lock_dir: str | None = N
     return _first_free(places, wait_s, take)
 
 
+#: GPU memory one shared-gpu rank may take (GiB): its CUDA context and kernels, its symmetric workspace, the
+#: tensors of the largest case it runs. Measured on one H200 (140 GiB; ci gate of ``fused``, 2026-12-01): two
+#: W = 16 pools beside each other (32 ranks, 2.7-5.0 GiB each) ran the GPU out of memory -- a harness error in
+#: two cases, the verdict FAIL; with the tokens and the rank's cache trim (fuzz/rank_worker.py) the W = 1, 16
+#: gate peaked at 87.8 GiB for 17 ranks (5.2 GiB each), the W = 2, 4, 8 gate at 55.9 GiB for 20-22.
+RANK_GPU_GIB = 5.5
+
+
+def gpu_memory_gib(gpu: int) -> float | None:
+    """Total memory of GPU ``gpu`` (GiB), from ``nvidia-smi`` (no CUDA context in the driver), else from
+    torch; None when neither can tell."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi"):
+        try:
+            res = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                                  "-i", str(gpu)], capture_output=True, text=True, timeout=30)
+            if res.returncode == 0 and res.stdout.strip():
+                return float(res.stdout.split()[0]) / 1024.0
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+    try:
+        import torch
+
+        return torch.cuda.get_device_properties(gpu).total_memory / 2**30
+    except Exception:  # noqa: BLE001 — no answer: the caller's default
+        return None
+
+
+def rank_budget(gpu: int, memory_gib: float | None = None) -> int:
+    """Ranks of shared-gpu pools that may live on GPU ``gpu`` at once: its memory over :data:`RANK_GPU_GIB`,
+    at least 1 (a pool larger than that runs alone on the GPU). Unknown memory: no limit but the pools'."""
+    memory_gib = gpu_memory_gib(gpu) if memory_gib is None else memory_gib
+    if memory_gib is None:
+        return 1 << 10
+    return max(1, int(memory_gib // RANK_GPU_GIB))
+
+
+def lease_ranks(gpu: int, count: int, *, budget: int, lock_dir: str | None = None,
+                wait_s: float = 0.0) -> GpuLease | None:
+    """``count`` of GPU ``gpu``'s ``budget`` rank tokens (all of them when ``count`` exceeds the budget), for a
+    shared-gpu pool of ``count`` ranks as long as it lives, so that the pools time-slicing one GPU never hold
+    more ranks than its memory takes (:data:`RANK_GPU_GIB`); None if they are not all free within ``wait_s``.
+
+    All or none, and no deadlock: a leaser first takes the GPU's queue lock and only its holder takes tokens
+    (keeping those it has while it waits for the rest, which only releases free); the queue lock goes back as
+    soon as the tokens are complete or the wait is over."""
+    import time
+
+    need = max(1, min(count, budget))
+    deadline = time.monotonic() + wait_s
+    queue = None
+    while queue is None:
+        queue = _lock(lock_dir, f"gpu{gpu}.rank-queue.lock")
+        if queue is None:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+    held: dict[int, object] = {}
+    try:
+        while True:
+            for i in range(budget):
+                if len(held) == need:
+                    break
+                if i not in held:
+                    f = _lock(lock_dir, f"gpu{gpu}.rank{i}.lock")
+                    if f is not None:
+                        held[i] = f
+            if len(held) == need:
+                lease, held = GpuLease([gpu], list(held.values())), {}
+                return lease
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+    finally:
+        GpuLease([], list(held.values()) + [queue]).release()
+
+
 def default_lock_dir() -> str:
     """Where GPU leases live: ``GEMM_RS_GPU_LOCK_DIR``, else one folder per host in the temp dir (runs that
     should not see each other's leases, e.g. two campaigns deliberately sharing a GPU, set it apart)."""

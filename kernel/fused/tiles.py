@@ -1,18 +1,21 @@
 """Which tile configuration a call uses: a pure function of (M, N, W, protocol, SM count), so every rank of a
 group, and every replay of a captured graph, picks the same one. Needs only the standard library.
 
-Pull protocol (proven on the GPU): 128x256 tiles, and 128x128 when 128x256 tiles would fill less than half
-the SMs.
+Both protocols compile 128x256, 128x224 and 64x128 (one consumer warpgroup) tiles; a call uses the config
+with the least estimated time (:func:`estimated_time`). Push: each config with the deep epilogue ring
+(:data:`kernel.fused.config.PUSH_EPI_STAGES`), tiles counted shard by shard as the push kernel tiles them.
+Pull (and the W = 1 GEMM): the 4-deep ring, tiles over the whole M x N (its partials are stored locally; the
+reduction after the GEMM takes any tile). Until the 7th session pull had 128x256 and 128x128 tiles (128x128
+when 128x256 filled less than half the SMs): at M = 256 (N = 7168) its 112 128x128 tiles ran the GEMM at
+0.59x torch.mm (2xH200, 11-30), and M = 2048 took four waves of 128x256 tiles, the last 39% full.
 
-Push protocol: 128x256, 128x224 and 64x128 (one consumer warpgroup) tiles, each with the deep epilogue ring
-(:data:`kernel.fused.config.PUSH_EPI_STAGES`), counted shard by shard as the push kernel tiles them; the
-config with the least estimated time (:func:`estimated_time`) wins. A tile's time is bounded by its MMA work
-and by the bytes its mainloop loads (``(tile_m + tile_n) * K * 2``: A and B k-tiles, from L2): at small M the
-loads dominate, so a tile's time is far from proportional to its area (first H200 run, W = 1, N = 7168,
-K = 2048: a 64x128 tile took 12.8 us at M = 128, a 128x224 tile 22.7 us at M = 512, 1.8x for 3.5x the
-area; 64x128 tiles in two waves at M = 256 ran at 0.68x torch.mm where one wave of 128x224 tiles fits).
-The estimate is the largest of: waves x tile MMA time, all tiles' bytes over the L2 bandwidth, waves x tile
-bytes over one SM's load bandwidth. K scales every term, so it does not enter the choice.
+A tile's time is bounded by its MMA work and by the bytes its mainloop loads (``(tile_m + tile_n) * K * 2``: A
+and B k-tiles, from L2): at small M the loads dominate, so a tile's time is far from proportional to its area
+(first H200 run, W = 1, N = 7168, K = 2048: a 64x128 tile took 12.8 us at M = 128, a 128x224 tile 22.7 us at M
+= 512, 1.8x for 3.5x the area; 64x128 tiles in two waves at M = 256 ran at 0.68x torch.mm where one wave of
+128x224 tiles fits). The estimate is the largest of: waves x tile MMA time, all tiles' bytes over the L2
+bandwidth, waves x tile bytes over one SM's load bandwidth. K scales every term, so it does not enter the
+choice.
 """
 
 from __future__ import annotations
@@ -29,11 +32,9 @@ L2_BYTES_S = 8.5e12
 
 
 def kernel_configs(protocol: str, sm_count: int, epi_stages: int | None = None) -> tuple[GemmConfig, ...]:
-    """The tile configs an instance compiles, largest first. ``epi_stages`` overrides the push configs'
+    """The tile configs an instance compiles, largest first. ``epi_stages`` overrides the configs'
     epilogue ring (the ``ring4`` measurement build)."""
-    if protocol == "pull":
-        return GemmConfig(sm_count=sm_count), GemmConfig(tile_n=128, sm_count=sm_count)
-    epi = PUSH_EPI_STAGES if epi_stages is None else epi_stages
+    epi = epi_stages if epi_stages is not None else PUSH_EPI_STAGES if protocol == "push" else GemmConfig.epi_stages
     return (GemmConfig(sm_count=sm_count, epi_stages=epi), GemmConfig(tile_n=224, sm_count=sm_count, epi_stages=epi),
             GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=128, sm_count=sm_count, epi_stages=epi))
 
@@ -46,7 +47,7 @@ def tile_count(config: GemmConfig, M: int, N: int, world_size: int, shard_local:
 
 
 def estimated_time(config: GemmConfig, M: int, N: int, world_size: int, shard_local: bool) -> float:
-    """Seconds per unit of K of one call's GEMM with ``config`` (the push configs' cost model)."""
+    """Seconds per unit of K of one call's GEMM with ``config`` (the cost model of both protocols)."""
     tiles = tile_count(config, M, N, world_size, shard_local)
     waves = -(-tiles // config.sm_count)
     flops = SM_FLOPS_TWO_WARPGROUPS if config.consumer_warpgroups == 2 else SM_FLOPS_ONE_WARPGROUP
@@ -57,11 +58,9 @@ def estimated_time(config: GemmConfig, M: int, N: int, world_size: int, shard_lo
 
 def pick_config(configs: tuple[GemmConfig, ...], M: int, N: int, world_size: int, protocol: str) -> int:
     """Index into ``configs`` (:func:`kernel_configs`) of the config a call with M rows uses (the first of
-    equal estimates)."""
-    if protocol == "pull":
-        large = configs[0]
-        return 1 if 2 * tile_count(large, M, N, 1, False) <= large.sm_count else 0
-    times = [estimated_time(c, M, N, world_size, world_size > 1) for c in configs]
+    equal estimates). Push tiles shard by shard (W > 1), pull over the whole M x N."""
+    shard_local = protocol == "push" and world_size > 1
+    times = [estimated_time(c, M, N, world_size, shard_local) for c in configs]
     return times.index(min(times))
 
 

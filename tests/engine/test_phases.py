@@ -102,3 +102,23 @@ def test_a_rank_preloads_modules_in_the_background_and_ignores_one_that_fails(tm
     thread.join(timeout=30)
     assert not thread.is_alive() and sys.modules["gemm_rs_preload_probe"].LOADED_BY == "gemm-rs-preload"
     assert rank_worker._preload(()) is None
+
+
+def test_a_gpu_rank_gives_cached_memory_back_after_a_case_only_past_the_threshold():
+    """Ranks of pools beside each other on one GPU must not each keep the blocks of their largest case (two
+    W = 16 pools ran an H200 out of memory): past ``CACHE_KEEP_BYTES`` reserved, the cache is emptied; below
+    it, and on the CPU, nothing is done (no synchronising free per case)."""
+    import types
+
+    from fuzz.rank_worker import CACHE_KEEP_BYTES, trim_gpu_cache
+
+    emptied = []
+
+    def fake_torch(reserved):
+        cuda = types.SimpleNamespace(memory_reserved=lambda device: reserved, empty_cache=lambda: emptied.append(1))
+        return types.SimpleNamespace(cuda=cuda)
+
+    gpu, cpu = types.SimpleNamespace(type="cuda"), types.SimpleNamespace(type="cpu")
+    assert trim_gpu_cache(fake_torch(CACHE_KEEP_BYTES + 1), gpu) and emptied == [1]
+    assert not trim_gpu_cache(fake_torch(CACHE_KEEP_BYTES), gpu) and emptied == [1]
+    assert not trim_gpu_cache(fake_torch(10 * CACHE_KEEP_BYTES), cpu) and emptied == [1]

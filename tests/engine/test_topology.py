@@ -220,3 +220,117 @@ def test_gpu_ranks_share_a_host_wide_kernel_cache_by_default(monkeypatch, tmp_pa
     assert kernel_cache_dir() is None
     monkeypatch.setenv("GEMM_RS_KERNEL_CACHE_DIR", str(tmp_path / "mine"))
     assert kernel_cache_dir() == str(tmp_path / "mine")
+
+
+def test_rank_budget_is_the_gpus_memory_over_a_ranks_allowance():
+    from fuzz.topology import RANK_GPU_GIB, rank_budget
+
+    h200 = 143771 / 1024  # nvidia-smi's memory.total of an H200, GiB
+    assert rank_budget(0, memory_gib=h200) == int(h200 // RANK_GPU_GIB) < 32  # two W = 16 pools: not at once
+    assert rank_budget(0, memory_gib=h200) >= 16 + 8  # a W = 16 pool beside a W = 8 one
+    assert rank_budget(0, memory_gib=1.0) == 1  # a pool bigger than the GPU still runs, alone
+    assert rank_budget(0, memory_gib=16 * RANK_GPU_GIB) == 16
+
+
+def test_rank_tokens_are_all_or_none_and_never_more_than_the_budget(tmp_path):
+    """The pools beside each other on one GPU hold at most its budget of ranks (a W = 16 pool next to another
+    one ran an H200 out of memory); a lease takes all its tokens or none, a pool larger than the budget takes
+    all of them, and tokens come back when the lease is released."""
+    from fuzz.topology import lease_ranks
+
+    d = str(tmp_path)
+    first = lease_ranks(0, 16, budget=27, lock_dir=d)
+    assert first is not None and len(first._files) == 16
+    assert lease_ranks(0, 16, budget=27, lock_dir=d) is None  # 11 left: none taken
+    eight = lease_ranks(0, 8, budget=27, lock_dir=d)
+    assert eight is not None
+    assert lease_ranks(0, 4, budget=27, lock_dir=d) is None  # 3 left
+    other_gpu = lease_ranks(1, 16, budget=27, lock_dir=d)  # each GPU has its own tokens
+    assert other_gpu is not None
+    first.release()
+    again = lease_ranks(0, 16, budget=27, lock_dir=d)
+    assert again is not None
+    for lease in (again, eight, other_gpu):
+        lease.release()
+    alone = lease_ranks(0, 32, budget=27, lock_dir=d)  # more ranks than the budget: all 27, runs alone
+    assert alone is not None and len(alone._files) == 27
+    assert lease_ranks(0, 1, budget=27, lock_dir=d) is None
+    alone.release()
+    assert lease_ranks(0, 1, budget=27, lock_dir=d) is not None
+
+
+def test_a_waiting_rank_lease_gets_its_tokens_when_another_pool_gives_them_back(tmp_path):
+    """A leaser keeps the tokens it has while it waits for the rest (it holds the GPU's queue: no one else
+    takes tokens meanwhile), and completes as soon as the other pool releases -- no deadlock, no starvation by
+    smaller pools."""
+    import threading
+
+    from fuzz.topology import lease_ranks
+
+    d = str(tmp_path)
+    held = lease_ranks(0, 20, budget=27, lock_dir=d)
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(lease=lease_ranks(0, 16, budget=27, lock_dir=d,
+                                                                          wait_s=30)))
+    waiter.start()
+    import time
+
+    time.sleep(0.6)
+    assert waiter.is_alive() and lease_ranks(0, 1, budget=27, lock_dir=d) is None  # the queue is taken
+    held.release()
+    waiter.join(timeout=10)
+    assert not waiter.is_alive() and got["lease"] is not None and len(got["lease"]._files) == 16
+    assert lease_ranks(0, 11, budget=27, lock_dir=d) is not None  # the queue is free again
+
+
+def test_a_worker_holds_one_shared_gpu_pool_and_its_tokens_go_back_with_it(monkeypatch, tmp_path):
+    """Before a shared-gpu pool starts, the worker's other shared-gpu pools close (a worker runs one test at a
+    time) and their rank tokens go back; the new pool takes W tokens of its GPU."""
+    import fuzz.conftest as fc
+    from fuzz.topology import lease_ranks
+
+    closed = []
+
+    class FakePool:
+        def __init__(self, spec, gpus=None):
+            self.spec, self.gpus = spec, gpus
+
+        def close(self):
+            closed.append(self.spec.world_size)
+
+    d = str(tmp_path)
+    monkeypatch.setattr(fc, "RankPool", FakePool)
+    monkeypatch.setattr(fc, "gpu_count", lambda: 1)
+    monkeypatch.setattr(fc, "pools_per_gpu", lambda: 2)
+    monkeypatch.setattr(fc, "lease_gpus", lambda *a, **k: type("L", (), {"gpus": [0], "release": lambda s: None})())
+    monkeypatch.setattr(fc, "lease_ranks", lambda gpu, count, **k: lease_ranks(gpu, count, lock_dir=d, budget=20))
+    monkeypatch.setattr(fc, "_BUDGETS", {0: 20})
+    for name in ("_POOLS", "_LEASES", "_RANK_LEASES"):
+        monkeypatch.setattr(fc, name, {})
+    p16 = fc.get_pool("fused", "shared-gpu", 16, optimize=1)
+    assert lease_ranks(0, 5, budget=20, lock_dir=d) is None  # 16 of 20 held
+    p8 = fc.get_pool("fused", "shared-gpu", 8, optimize=1)
+    assert closed == [16] and list(fc._POOLS.values()) == [p8] and p16 is not p8
+    assert lease_ranks(0, 12, budget=20, lock_dir=d) is not None  # 8 held now, 12 free
+    for key in list(fc._POOLS):
+        fc.close_pool(key)
+    assert closed == [16, 8] and fc._RANK_LEASES == {}
+
+
+def test_gpu_memory_is_read_from_nvidia_smi_without_a_cuda_context(monkeypatch):
+    import shutil
+    import subprocess
+    import types
+
+    from fuzz.topology import gpu_memory_gib
+
+    asked = []
+
+    def fake_run(cmd, **kw):
+        asked.append(cmd)
+        return types.SimpleNamespace(returncode=0, stdout="143771\n")
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert gpu_memory_gib(3) == 143771 / 1024
+    assert asked[0][-2:] == ["-i", "3"] and "--query-gpu=memory.total" in asked[0]

@@ -2,7 +2,7 @@
 (wgmma, TMA) and the memory-ordering instructions the design records state, never ``multimem``.
 
 What is pinned, per representative build (a module-scoped set; every config the wrapper compiles is in
-it: both protocols, W = 2, 4, 8, 16, tile shapes 128x256, 128x224, 128x128, 64x128):
+it: both protocols, W = 2, 4, 8, 16, tile shapes 128x256, 128x224, 64x128; 128x128 as a plain GEMM):
   1. ``.target sm_90a``, wgmma of the config's tile width, TMA loads and stores, no local memory;
   2. no ``multimem`` anywhere;
   3. W > 1: flags waited with ``ld.acquire.sys``, raised with ``st.release.sys``, the CTA count with
@@ -43,8 +43,8 @@ NARROW = {"tile_n": 128}
 SHORT = {"tile_m": 64, "consumer_warpgroups": 1, "tile_n": 128}
 
 #: (protocol, W, config kwargs): W > 1 builds the tests read (besides test_fused_rs / test_fault_builds's).
-RS_BUILDS = [("pull", 16, {}), ("push", 2, WIDE), ("push", 2, SHORT), ("push", 4, NARROW), ("push", 8, SHORT),
-             ("push", 16, {})]
+RS_BUILDS = [("pull", 16, {}), ("pull", 4, WIDE), ("push", 2, WIDE), ("push", 2, SHORT), ("push", 4, NARROW),
+             ("push", 8, SHORT), ("push", 16, {})]
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_compiles_in_a_fresh_process_with_arch_env():
 
 
 def test_small_m_config_compiles(compile_mod):
-    k = compile_mod.get_compiled(*MAIN, _cfg(tile_n=128))
+    k = compile_mod.get_compiled(*MAIN, _cfg(**SHORT))
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in k.ptx
     assert "multimem" not in k.ptx
     assert ".local" not in k.ptx

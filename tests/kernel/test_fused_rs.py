@@ -47,7 +47,7 @@ def rs_ptx():
     return {
         (W, cfg.tile_n): get_compiled_rs(512, 256, cfg, W, W - 1).ptx
         for W in (2, 8)
-        for cfg in (GemmConfig(), GemmConfig(tile_n=128))
+        for cfg in (GemmConfig(), GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=128))
     }
 
 

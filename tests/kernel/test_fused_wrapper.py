@@ -2,8 +2,8 @@
 ``should_run`` crossover everywhere (no GPU needed); on a Hopper GPU, the W == 1 fused path of both
 protocols' tile configs against an fp64 truth with a derived bound.
 
-Verification model of the GPU tests, each over M in MS, for the pull configs (128x256, 128x128) and the
-push configs (128x256, 128x224, 64x128):
+Verification model of the GPU tests, each over M in MS, for the tile configs of both protocols (128x256,
+128x224, 64x128; pull with the 4-deep epilogue ring, push with the deep one):
   1. every valid element within the derived bound of the fp64 truth (fp32 accumulate, bf16 out);
   2. the rows of the buffer past the ``out`` view keep their sentinel bit for bit;
   3. the same inputs give bitwise-identical outputs (and an alternating M sequence as well);
@@ -172,8 +172,15 @@ def test_tile_choice_is_a_function_of_m_and_fills_the_sms():
     from kernel.fused.tiles import kernel_configs, pick_config, tile_count
 
     pull = kernel_configs("pull", 132)
-    assert [(c.tile_m, c.tile_n) for c in pull] == [(128, 256), (128, 128)]
-    assert pick_config(pull, 1, 4096, 2, "pull") == 1 and pick_config(pull, 4096, 4096, 2, "pull") == 0
+    assert [(c.tile_m, c.tile_n, c.consumer_warpgroups) for c in pull] == [(128, 256, 2), (128, 224, 2),
+                                                                          (64, 128, 1)]
+    # pull tiles the whole M x N (W does not enter): 64-row tiles while 128-row ones leave SMs idle (M = 128:
+    # 112 tiles, not 28), one wave of 128x224 at M = 256 .. 2048 for N = 7168 (2048: 512 tiles in 4 full waves,
+    # not 448 in 4 waves the last 39% full), 128x256 from 4096
+    chosen = {M: pick_config(pull, M, 7168, 2, "pull") for M in (1, 128, 256, 2048, 4096, 16384)}
+    assert chosen == {1: 2, 128: 2, 256: 1, 2048: 1, 4096: 0, 16384: 0}
+    assert all(pick_config(pull, M, 7168, 16, "pull") == chosen[M] for M in chosen)
+    assert pick_config(pull, 1024, 8192, 2, "pull") == 0 and pick_config(pull, 1024, 512, 2, "pull") == 2
     push = kernel_configs("push", 132)
     assert [(c.tile_m, c.tile_n, c.consumer_warpgroups) for c in push] == [(128, 256, 2), (128, 224, 2),
                                                                           (64, 128, 1)]
