@@ -8,6 +8,7 @@ that fails with the reason — the gate never passes an implementation it did no
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pytest
@@ -80,9 +81,11 @@ def gate_matrix(cfg=None) -> list[tuple[str, str, int]]:
             out.append((impl, UNRUNNABLE, 0))
             continue
         for topo in runnable:
-            ws = [int(w) for w in sizes] if sizes else ([1, 2, 3, 4, 8] if topo == "cpu" else [1, 2, 4, 8])
+            ws = [int(w) for w in sizes] if sizes else ([1, 2, 3, 4, 8] if topo == "cpu" else [1, 2, 4, 8, 16])
             if topo == "multi-gpu" and not sizes:
                 ws = [w for w in ws if 2 <= w <= gpu_count() * hosts]  # one GPU per rank; W=1 is shared-gpu's
+            if topo == "shared-gpu" and not sizes:  # W = 16 (CONTRACT: "M=129, W=16") where a GPU holds 16 ranks
+                ws = [w for w in ws if w <= gpu_budget(0)]
             if not sizes:
                 ws = [w for w in ws if w % hosts == 0]
             for w in ws:
@@ -97,9 +100,14 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("gate", combos, ids=ids, scope="session")
 
 
-#: The cost model that deals GPU tests over places (seconds; measured on one H200, ci profile, 2026-11-30:
-#: median 0.8 s per case at W = 2, 1.2-1.7 s at W = 4, 8, and a GPU pool's start-up): only relative sizes matter.
-CASE_S, CASE_S_PER_RANK, POOL_START_S = 0.6, 0.15, 8.0
+#: The cost model that deals GPU tests over places: seconds per case ``a + b * log2(W)`` for each gate test, fitted
+#: to the fused ci gate on one H200 (2026-12-01, 4 pools, W = 1, 2, 4, 8, 16; e.g. test_compute 0.27 s a case at
+#: W = 1 .. 1.18 s at 16, test_graph_replay 0.64 .. 3.69 s), and a pool's start-up ``POOL_START_S +
+#: POOL_START_S_PER_RANK * W`` (12 s for a W = 8 pool starting beside three busy places). Only relative sizes
+#: matter. (Until then every case cost 0.6 + 0.15 W: a graph case as much as a compute case, measured 3.3x.)
+CASE_S = {"test_compute": (0.27, 0.23), "test_graph_replay": (0.64, 0.75), "test_layers": (0.14, 0.6),
+          "test_capacity": (0.1, 0.05), "test_bad_call": (0.05, 0.05), "test_streams": (0.22, 0.08)}
+POOL_START_S, POOL_START_S_PER_RANK = 4.0, 1.0
 
 
 def unit_cost(test_name: str, world_size: int) -> float:
@@ -107,14 +115,22 @@ def unit_cost(test_name: str, world_size: int) -> float:
     from fuzz.settings import WEIGHTS, examples
 
     n = examples(test_name) if test_name in WEIGHTS else 1
-    return n * (CASE_S + CASE_S_PER_RANK * world_size)
+    a, b = CASE_S.get(test_name, CASE_S["test_compute"])
+    return n * (a + b * math.log2(max(1, world_size)))
 
 
-def deal(units: dict[tuple, float], places: int) -> dict[tuple, int]:
+def pool_start_s(world_size: int) -> float:
+    """Estimated seconds a pool of ``world_size`` ranks takes to start."""
+    return POOL_START_S + POOL_START_S_PER_RANK * world_size
+
+
+def deal(units: dict[tuple, float], places: int, whole: frozenset = frozenset()) -> dict[tuple, int]:
     """Place of each unit ``(impl, W, test) -> cost``: whole combinations (impl, W) first, the most expensive
     first, each to the least loaded place (its cost and one pool start-up); then, while it shortens the
     campaign, the most expensive test of the busiest place moves to the least busy one (a start-up counted
-    there unless its combination already has a pool there). Deterministic whatever the order of ``units``."""
+    there unless its combination already has a pool there) -- never a test of a combination in ``whole`` (its
+    pools could not run side by side anyway: :func:`unsplittable`). Deterministic whatever the order of
+    ``units``."""
     n = max(1, places)
     keys = sorted(units, key=lambda k: tuple(str(x) for x in k))
     combos: dict[tuple, list[tuple]] = {}
@@ -125,18 +141,19 @@ def deal(units: dict[tuple, float], places: int) -> dict[tuple, int]:
     load = [0.0] * n
     for combo in sorted(combos, key=lambda c: (-total[c], tuple(str(x) for x in c))):
         p = min(range(n), key=lambda q: (load[q], q))
-        load[p] += total[combo] + POOL_START_S
+        load[p] += total[combo] + pool_start_s(combo[1])
         where.update(dict.fromkeys(combos[combo], p))
 
     def place_load(p: int) -> float:
         on = [k for k in keys if where[k] == p]
-        return sum(units[k] for k in on) + POOL_START_S * len({k[:2] for k in on})
+        return sum(units[k] for k in on) + sum(pool_start_s(c[1]) for c in {k[:2] for k in on})
 
     for _ in range(len(keys) * n):
         loads = [place_load(p) for p in range(n)]
         src = max(range(n), key=lambda q: (loads[q], -q))
         dst = min(range(n), key=lambda q: (loads[q], q))
-        movable = sorted((k for k in keys if where[k] == src), key=lambda k: (-units[k], tuple(str(x) for x in k)))
+        movable = sorted((k for k in keys if where[k] == src and k[:2] not in whole),
+                         key=lambda k: (-units[k], tuple(str(x) for x in k)))
         for key in movable:
             where[key] = dst
             if max(place_load(src), place_load(dst)) < loads[src] - 1e-9:
@@ -145,6 +162,16 @@ def deal(units: dict[tuple, float], places: int) -> dict[tuple, int]:
         else:
             break
     return where
+
+
+def unsplittable(units: dict[tuple, float], budget: int | None = None) -> frozenset:
+    """The shared-gpu combinations (impl, W) whose tests stay on one place: two pools of W ranks would not fit a
+    GPU's rank budget side by side (:func:`fuzz.topology.rank_budget`; W = 16 on an H200), so splitting them
+    would only make one place wait for the other's tokens."""
+    if not units:
+        return frozenset()
+    budget = gpu_budget(0) if budget is None else budget
+    return frozenset(k[:2] for k in units if 2 * k[1] > budget)
 
 
 def multi_gpu_places(gpus: int) -> int:
@@ -175,7 +202,7 @@ def pytest_collection_modifyitems(config, items):
         gate = _gate_of(item)
         if gate and gate[1] in units:
             units[gate[1]][(gate[0], gate[2], item.originalname)] = unit_cost(item.originalname, gate[2])
-    placed = {"shared-gpu": deal(units["shared-gpu"], gpus * pools_per_gpu()),
+    placed = {"shared-gpu": deal(units["shared-gpu"], gpus * pools_per_gpu(), unsplittable(units["shared-gpu"])),
               "multi-gpu": deal(units["multi-gpu"], multi_gpu_places(gpus))}
     for item in items:
         gate = _gate_of(item)
@@ -216,15 +243,20 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
     return pool
 
 
+def gpu_budget(gpu: int) -> int:
+    """GPU ``gpu``'s rank budget (:func:`fuzz.topology.rank_budget`), asked once per process."""
+    if gpu not in _BUDGETS:
+        _BUDGETS[gpu] = rank_budget(gpu)
+    return _BUDGETS[gpu]
+
+
 def _lease_rank_tokens(spec: PoolSpec, gpu: int) -> None:
     """Before a shared-gpu pool starts: this worker's other shared-gpu pools close (they are idle: a worker runs
     one test at a time) and the new one takes W of its GPU's rank tokens, waiting for pools of other workers to
     give them back -- the pools beside each other on a GPU never hold more ranks than its memory takes."""
     for key in [k for k in _POOLS if k[1] == "shared-gpu"]:
         close_pool(key)
-    if gpu not in _BUDGETS:
-        _BUDGETS[gpu] = rank_budget(gpu)
-    lease = lease_ranks(gpu, spec.world_size, budget=_BUDGETS[gpu], wait_s=LEASE_WAIT_S)
+    lease = lease_ranks(gpu, spec.world_size, budget=gpu_budget(gpu), wait_s=LEASE_WAIT_S)
     if lease is None:
         pytest.fail(f"no {spec.world_size} rank tokens of GPU {gpu} (budget {_BUDGETS[gpu]}) came free within "
                     f"{LEASE_WAIT_S:.0f}s (held by another run on this host?)")

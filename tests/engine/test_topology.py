@@ -103,11 +103,14 @@ def test_gate_matrix_per_host(monkeypatch):
     monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu", "shared-gpu", "multi-gpu"])
     monkeypatch.setattr(fc, "_has_hopper", lambda: True)
     monkeypatch.setattr(fc, "gpu_count", lambda: 8)
+    monkeypatch.setattr(fc, "_BUDGETS", {0: 25})  # an H200: 25 ranks of 5.5 GiB
     combos = fc.gate_matrix(Cfg())
     assert ("fused", "cpu", 2) not in combos  # the fused kernel needs a GPU
-    assert {("fused", "shared-gpu", w) for w in (1, 2, 4, 8)} <= set(combos)
+    assert {("fused", "shared-gpu", w) for w in (1, 2, 4, 8, 16)} <= set(combos)  # W = 16 where 16 ranks fit
     assert {("fused", "multi-gpu", w) for w in (2, 4, 8)} <= set(combos)
-    assert ("fused", "multi-gpu", 1) not in combos
+    assert ("fused", "multi-gpu", 1) not in combos and ("fused", "multi-gpu", 16) not in combos  # 8 GPUs
+    monkeypatch.setattr(fc, "_BUDGETS", {0: 14})  # an 80 GB GPU: 16 ranks do not fit
+    assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "shared-gpu"} == {1, 2, 4, 8}
     monkeypatch.setattr(fc, "gpu_count", lambda: 2)
     assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "multi-gpu"} == {2}
     assert fc.gate_matrix(Cfg(**{"--impl": "unfused", "--topology": "cpu", "--world-sizes": "2,3"})) == [
@@ -181,7 +184,7 @@ def test_gpu_tests_are_dealt_over_places_by_cost(monkeypatch):
         for it in shared:
             g = it.callspec.params["gate"]
             load[it.groups[0]] = load.get(it.groups[0], 0.0) + fc.unit_cost(it.originalname, g[2])
-        biggest = max(fc.unit_cost(t, 8) for t in TESTS) + fc.POOL_START_S
+        biggest = max(fc.unit_cost(t, 8) for t in TESTS) + fc.pool_start_s(8)
         assert max(load.values()) - min(load.values()) <= biggest, load
 
 
@@ -195,6 +198,31 @@ def test_deal_splits_a_combination_only_when_that_finishes_sooner():
     big = {("fused", 2, "test_compute"): 10 * POOL_START_S, ("fused", 2, "test_layers"): 10 * POOL_START_S}
     assert len(set(deal(big, 2).values())) == 2
     assert deal(big, 2) == deal(dict(reversed(list(big.items()))), 2)  # deterministic, whatever the order
+
+
+def test_a_combination_too_big_to_run_twice_on_a_gpu_stays_on_one_place():
+    """Two W = 16 pools do not fit an H200's rank budget side by side: their tests are not split over places
+    (one place would only wait for the other's tokens); smaller combinations still are."""
+    from fuzz.conftest import deal, unit_cost, unsplittable
+
+    units = {("fused", w, t): unit_cost(t, w) for w in (1, 16) for t in TESTS}
+    whole = unsplittable(units, budget=25)
+    assert whole == {("fused", 16)}
+    assert unsplittable(units, budget=40) == frozenset() and unsplittable({}) == frozenset()
+    split = deal(units, 4)
+    kept = deal(units, 4, whole)
+    assert len({p for k, p in split.items() if k[1] == 16}) > 1  # the model alone would split it
+    assert len({p for k, p in kept.items() if k[1] == 16}) == 1
+
+
+def test_the_cost_model_weighs_a_graph_case_above_a_compute_case_and_grows_with_w():
+    """Measured on the H200 (2026-12-01): a graph-replay case costs ~3x a compute case; both grow with W."""
+    from fuzz.conftest import CASE_S, pool_start_s, unit_cost
+
+    a, b = CASE_S["test_graph_replay"], CASE_S["test_compute"]
+    assert 2.5 < (a[0] + 3 * a[1]) / (b[0] + 3 * b[1]) < 4  # at W = 8
+    assert all(unit_cost(t, 16) > unit_cost(t, 2) for t in TESTS)
+    assert pool_start_s(16) > pool_start_s(2)
 
 
 def test_the_grouping_hook_runs_before_xdists_own():
