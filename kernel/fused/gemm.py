@@ -51,8 +51,9 @@ Shared memory (128x256x64 tile, bf16): 48 KiB per stage, 4 stages = 192 KiB, + 3
 
 No ``multimem.*`` instruction is emitted (no multicast, cluster 1x1).
 
-Configs used by the wrapper (:mod:`kernel.fused.tiles`, chosen per M): pull protocol 128x256x64 (4 stages)
-and 128x128x64 (6 stages); push protocol 128x256x64, 128x224x64 and 64x128x64 (one consumer warpgroup).
+Configs used by the wrapper (:mod:`kernel.fused.tiles`, chosen per M by one cost model): 128x256x64,
+128x224x64 and 64x128x64 (one consumer warpgroup), for both protocols and the W == 1 GEMM (pull and W == 1 with
+the 4-deep epilogue ring, push with the deep one). Until the 7th session pull had 128x256 and 128x128.
 
 Shared by every kernel (this GEMM and both GEMM + reduce-scatter kernels): ``host_setup``, ``prologue``,
 the producer warp ``produce`` (tile order through ``k_tiles_of``), the consumer pipelines

@@ -26,7 +26,7 @@ Flags (u32 words in each rank's symmetric flag area; layout in :mod:`kernel.fuse
     partial complete (``cp.async.bulk.wait_group 0`` in every lane of the store warp, then
     ``fence.proxy.async.global``, then ``__syncwarp``), lane 0 does ``st.release.sys`` of ``e`` into
     ``ready[src][tile]`` of every rank whose shard rows intersect the tile's rows (a shard boundary
-    can fall inside a tile: up to ``ceil(128 / S) + 1`` owners). The owner's reducing thread spins
+    can fall inside a tile: up to ``ceil(tile_m / S) + 1`` owners). The owner's reducing thread spins
     ``ld.acquire.sys`` until the value *equals* ``e`` for all W sources, then a CTA barrier; the
     other threads' plain ``ld.global.v4`` peer loads are ordered after the acquire by that barrier.
     Equality is enough: a slot holds an older epoch until ``src`` signals this call, and never a newer
