@@ -15,7 +15,15 @@ import pytest
 from fuzz.case import PoolSpec
 from fuzz.config import current
 from fuzz.pool import RankPool
-from fuzz.topology import available_topologies, gpu_count, lease_gpus, lease_ranks, pools_per_gpu, rank_budget
+from fuzz.topology import (
+    GpuLease,
+    available_topologies,
+    gpu_count,
+    lease_gpus,
+    lease_ranks,
+    pools_per_gpu,
+    rank_budget,
+)
 
 #: Seconds a worker waits for a GPU another run on this host holds.
 LEASE_WAIT_S = 1800.0
@@ -227,8 +235,8 @@ def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = N
                             f"(held by another run on this host?)")
             _LEASES[f"{topology}-{need}"] = lease
             gpus = lease.gpus
-        if topology == "shared-gpu":
-            _lease_rank_tokens(spec, gpus[0])
+        if gpus:
+            _lease_rank_tokens(spec, gpus)
         pool = RankPool(spec, gpus=gpus)
         _POOLS[spec.key()] = pool
     return pool
@@ -241,17 +249,26 @@ def gpu_budget(gpu: int) -> int:
     return _BUDGETS[gpu]
 
 
-def _lease_rank_tokens(spec: PoolSpec, gpu: int) -> None:
-    """Before a shared-gpu pool starts: this worker's other shared-gpu pools close (they are idle: a worker runs
-    one test at a time) and the new one takes W of its GPU's rank tokens, waiting for pools of other workers to
-    give them back -- the pools beside each other on a GPU never hold more ranks than its memory takes."""
-    for key in [k for k in _POOLS if k[1] == "shared-gpu"]:
-        close_pool(key)
-    lease = lease_ranks(gpu, spec.world_size, budget=gpu_budget(gpu), wait_s=LEASE_WAIT_S)
-    if lease is None:
-        pytest.fail(f"no {spec.world_size} rank tokens of GPU {gpu} (budget {_BUDGETS[gpu]}) came free within "
-                    f"{LEASE_WAIT_S:.0f}s (held by another run on this host?)")
-    _RANK_LEASES[spec.key()] = lease
+def _lease_rank_tokens(spec: PoolSpec, gpus: list[int]) -> None:
+    """Before a GPU pool starts, it takes rank tokens of its GPUs (:func:`fuzz.topology.lease_ranks`), waiting
+    for pools of other workers to give them back, so the pools on a GPU never hold more ranks than its memory
+    takes: a shared-gpu pool W tokens of its GPU -- this worker's other shared-gpu pools close first (they are
+    idle: a worker runs one test at a time) -- and a multi-gpu pool one token of each of its GPUs on this host
+    (one rank each), taken in GPU order (no two leasers wait for each other)."""
+    shared = spec.topology == "shared-gpu"
+    if shared:
+        for key in [k for k in _POOLS if k[1] == "shared-gpu"]:
+            close_pool(key)
+    leases = []
+    for gpu in sorted(gpus):
+        lease = lease_ranks(gpu, spec.world_size if shared else 1, budget=gpu_budget(gpu), wait_s=LEASE_WAIT_S)
+        if lease is None:
+            for held in leases:
+                held.release()
+            pytest.fail(f"no {spec.world_size if shared else 1} rank token(s) of GPU {gpu} (budget "
+                        f"{gpu_budget(gpu)}) came free within {LEASE_WAIT_S:.0f}s (held by another run on this host?)")
+        leases.append(lease)
+    _RANK_LEASES[spec.key()] = GpuLease(sorted(gpus), [f for held in leases for f in held._files])
 
 
 def close_pool(key: tuple) -> None:

@@ -352,3 +352,37 @@ def test_gpu_memory_is_read_from_nvidia_smi_without_a_cuda_context(monkeypatch):
     monkeypatch.setattr(subprocess, "run", fake_run)
     assert gpu_memory_gib(3) == 143771 / 1024
     assert asked[0][-2:] == ["-i", "3"] and "--query-gpu=memory.total" in asked[0]
+
+
+def test_a_multi_gpu_pool_takes_one_rank_token_of_each_of_its_gpus(monkeypatch, tmp_path):
+    """A multi-gpu pool has one rank on each of its GPUs: it holds one token of each while it lives, so the
+    shared-gpu pools beside it on those GPUs stay within the memory budget too."""
+    import fuzz.conftest as fc
+    from fuzz.topology import lease_ranks
+
+    class FakePool:
+        def __init__(self, spec, gpus=None):
+            self.spec, self.gpus = spec, gpus
+
+        def close(self):
+            pass
+
+    d = str(tmp_path)
+    monkeypatch.setattr(fc, "RankPool", FakePool)
+    monkeypatch.setattr(fc, "gpu_count", lambda: 2)
+    monkeypatch.setattr(fc, "pools_per_gpu", lambda: 2)
+    monkeypatch.setattr(fc, "lease_gpus", lambda need, **k: type("L", (), {"gpus": list(range(need)),
+                                                                         "release": lambda s: None})())
+    monkeypatch.setattr(fc, "lease_ranks", lambda gpu, count, **k: lease_ranks(gpu, count, lock_dir=d, budget=3))
+    monkeypatch.setattr(fc, "_BUDGETS", {0: 3, 1: 3})
+    for name in ("_POOLS", "_LEASES", "_RANK_LEASES"):
+        monkeypatch.setattr(fc, name, {})
+    fc.get_pool("fused", "multi-gpu", 2, optimize=1)
+    for gpu in (0, 1):
+        assert lease_ranks(gpu, 3, budget=3, lock_dir=d) is None  # one of the three is the pool's
+        spare = lease_ranks(gpu, 2, budget=3, lock_dir=d)
+        assert spare is not None
+        spare.release()
+    for key in list(fc._POOLS):
+        fc.close_pool(key)
+    assert all(lease_ranks(gpu, 3, budget=3, lock_dir=d) is not None for gpu in (0, 1))
