@@ -252,13 +252,13 @@ def gpu_budget(gpu: int) -> int:
 def _lease_rank_tokens(spec: PoolSpec, gpus: list[int]) -> None:
     """Before a GPU pool starts, it takes rank tokens of its GPUs (:func:`fuzz.topology.lease_ranks`), waiting
     for pools of other workers to give them back, so the pools on a GPU never hold more ranks than its memory
-    takes: a shared-gpu pool W tokens of its GPU -- this worker's other shared-gpu pools close first (they are
-    idle: a worker runs one test at a time) -- and a multi-gpu pool one token of each of its GPUs on this host
-    (one rank each), taken in GPU order (no two leasers wait for each other)."""
+    takes: a shared-gpu pool W tokens of its GPU, a multi-gpu pool one token of each of its GPUs on this host
+    (one rank each), taken in GPU order (no two leasers wait for each other). This worker's other GPU pools
+    close first: they are idle (a worker runs one test at a time), and a worker must never wait for tokens it
+    holds itself."""
     shared = spec.topology == "shared-gpu"
-    if shared:
-        for key in [k for k in _POOLS if k[1] == "shared-gpu"]:
-            close_pool(key)
+    for key in [k for k in _POOLS if k[1] != "cpu"]:
+        close_pool(key)
     leases = []
     for gpu in sorted(gpus):
         lease = lease_ranks(gpu, spec.world_size if shared else 1, budget=gpu_budget(gpu), wait_s=LEASE_WAIT_S)

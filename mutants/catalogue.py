@@ -712,6 +712,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("BiasedRoundingHalfAway", (2,), ("no_systematic_bias",)),
     MutantSpec("ScaleError", (2,), ("no_systematic_bias",)),
     MutantSpec("PositionDependentRow", (2,), ("batch_invariant",)),
+    MutantSpec("SplitKPartialsInBf16", (2,), ("within_tolerance", "inputs_changed_in_place")),
     # shapes (issue 15): tails drawn where supports(N, K) says yes
     MutantSpec("KTailNeverLoaded", (2,), ("within_tolerance", "bitwise_equal")),
     MutantSpec("NTailNotReduced", (2,), ("within_tolerance", "bitwise_equal")),
@@ -914,6 +915,23 @@ class PositionDependentRow(UnfusedGemmRs):
         if len(tail_rows):
             y[tail_rows.start : tail_rows.stop].copy_(shard[tail_rows.start : tail_rows.stop].to(torch.bfloat16))
         return y
+
+
+class SplitKPartialsInBf16(UnfusedGemmRs):
+    """Split-K parts reduced in bf16: the GEMM splits K in two, and each part's fp32 partial is rounded to
+    bf16 before the parts are added (cuBLAS's split-K under torch's default
+    ``allow_bf16_reduced_precision_reduction``; a fused kernel's split-K workspace of bf16). One extra rounding
+    per part of a K-prefix, not of the partial: on gaussian data it stays inside the tolerance at most shapes
+    (the parts are no larger than the partial), on exact data nothing is rounded; the cancel input kind (a
+    K-prefix ~2^8 times the partial) shows it."""
+
+    name = "mutant-split-k-partials-in-bf16"
+
+    def _gemm(self, x, w, partials):
+        h = self.K // 2
+        lo = torch.mm(x[:, :h].float(), w[:, :h].float().t()).to(torch.bfloat16)
+        hi = torch.mm(x[:, h:].float(), w[:, h:].float().t()).to(torch.bfloat16)
+        partials.copy_(lo.float() + hi.float())
 
 
 # --- shape mutants (issue 15): tails the gate draws from supports(N, K) ----------------------------------------

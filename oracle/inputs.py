@@ -17,6 +17,14 @@ Kinds:
 * ``nonfinite`` — gaussian with a few NaN / +Inf / -Inf planted in x_r (rank-dependent positions).
 * ``skewed``    — gaussian, but rank W-1's inputs scaled by 2**-12: its contribution is small
   against the other ranks' (exact mode, not tolerance, is what catches dropping it).
+* ``cancel``    — catastrophic cancellation along K: with h = K // 2, x's columns h..2h-1 repeat its columns
+  0..h-1 (made positive), w's columns 0..h-1 are positive and its columns h..2h-1 are their negation plus a
+  small term (2^-4 of the gaussian's): every product of the first half is positive, the second half takes
+  the sum back down, so a K-prefix (a split-K part, a k-tile's running sum) is ~2^8 times the partial. A
+  correct implementation accumulates in fp32 (error <= K u32 sum |x||w|, the budget's own term); one that
+  rounds a K-part to bf16 -- split-K partials reduced in bf16 (cuBLAS's ``allow_bf16_reduced_precision_
+  reduction``, a bf16 accumulator) -- errs by u16 times the prefix, many times the budget for K < 2^14,
+  where on gaussian data the same rounding stays inside it.
 
 How dense tensors are drawn (every kind but exact x and zeros): from one fixed table of L ~ 2^24 N(0, 1)
 values (or, for exact weights, of integers in [-3, 3]), generated once per process from fixed seeds, 2^20
@@ -37,7 +45,7 @@ import hashlib
 
 import torch
 
-KINDS = ("gaussian", "exact", "small", "large", "zeros", "nonfinite", "skewed")
+KINDS = ("gaussian", "exact", "small", "large", "zeros", "nonfinite", "skewed", "cancel")
 
 EXACT_LIMIT = 256  # |integer| <= 256 is exact in bf16
 
@@ -64,6 +72,8 @@ def exact_nnz(world_size: int) -> int:
 #: Scales of the Gaussian kinds (module docstring): x and w of "small" and "large", the last rank's x of "skewed".
 KIND_SCALE = {"small": 2.0**-10, "large": 2.0**50}
 SKEWED_SCALE = 2.0**-12
+#: The cancel kind's small term in w's second half, relative to the gaussian weights (module docstring).
+CANCEL_DELTA = 2.0**-4
 
 ROW_BLOCK = 64  # exact x is generated in blocks of rows, so any row range can be rebuilt alone
 
@@ -105,7 +115,8 @@ def _make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str, de
     if kind == "exact":
         return _dense("int", seed, rank, "w", (0, N), K, 1.0, device)
     scale = KIND_SCALE.get(kind, 1.0) / K**0.5
-    return _dense("gauss", seed, rank, "w", (0, N), K, scale, device)
+    w = _dense("gauss", seed, rank, "w", (0, N), K, scale, device)
+    return _cancelling_w(w) if kind == "cancel" else w
 
 
 def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "gaussian",
@@ -125,6 +136,8 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
         if kind == "skewed" and rank == world_size - 1:
             scale = SKEWED_SCALE
         x = _dense("gauss", seed, rank, "x", (start, stop), K, scale, device)
+        if kind == "cancel":
+            x = _cancelling_x(x)
     if kind == "nonfinite":
         picks = torch.randint(0, M * K, (3,), generator=_gen(seed, rank, "nonfinite"))
         for value, flat in zip((float("nan"), float("inf"), float("-inf")), picks.tolist()):
@@ -132,6 +145,25 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
             if start <= r < stop:
                 x[r - start, c] = value
     return x.contiguous()
+
+
+def _cancelling_x(x: torch.Tensor) -> torch.Tensor:
+    """The cancel kind's x from a gaussian one (row by row, so any row range gives the same rows): columns
+    0..h-1 made positive and repeated as columns h..2h-1, h = K // 2 (an odd K keeps its last column)."""
+    h = x.shape[1] // 2
+    x[:, :h] = x[:, :h].abs()
+    x[:, h : 2 * h] = x[:, :h]
+    return x
+
+
+def _cancelling_w(w: torch.Tensor) -> torch.Tensor:
+    """The cancel kind's w from a gaussian one: columns 0..h-1 made positive (a), columns h..2h-1 become
+    bf16(-a + CANCEL_DELTA * w[:, h:2h]) (one fp32 add, one bf16 rounding: the same bits on every device)."""
+    h = w.shape[1] // 2
+    a = w[:, :h].abs()
+    w[:, h : 2 * h] = (w[:, h : 2 * h].float() * CANCEL_DELTA - a.float()).to(torch.bfloat16)
+    w[:, :h] = a
+    return w
 
 
 def _exact_x(seed, rank, M, K, world_size, start, stop, device) -> torch.Tensor:

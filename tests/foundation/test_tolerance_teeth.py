@@ -80,3 +80,51 @@ def test_off_by_one_part_in_128_passes_tolerance_but_fails_bitwise():
         assert res.n_wrong == int((truth.y != 0).sum()), res.render()  # every non-zero element moved
         # the tolerance alone would not see it: 2^-7 relative is within the W-rank budget
         assert within_tolerance(scaled, truth, rank=rank).passed
+
+
+@pytest.mark.parametrize("K_long, W_", [(2048, 2), (4096, 4), (8192, 1)])
+def test_split_k_parts_reduced_in_bf16_pass_on_gaussian_data_and_fail_on_cancelling_data(K_long, W_):
+    """A K split in two whose parts are rounded to bf16 before they are added (cuBLAS's reduced-precision
+    split-K reduction; mutants.catalogue.SplitKPartialsInBf16, whose own code computes the parts here) stays
+    inside the budget on gaussian data at long K -- the parts are no larger than the partial -- and exceeds
+    it several times on the cancel kind, whose K-prefix is ~2^8 times the partial; the fp32 accumulation
+    the contract asks for passes both."""
+    from types import SimpleNamespace
+
+    from mutants.catalogue import SplitKPartialsInBf16
+
+    M_, N_ = 64, 256
+    S_ = -(-M_ // W_)
+    verdicts = {}
+    for kind in ("gaussian", "cancel"):
+        inputs = all_rank_inputs(5, M_, N_, K_long, W_, kind)
+        truth = shard_truth(inputs, 0, M_)
+        split = []
+        for x, w in inputs:
+            part = torch.empty(M_, N_)
+            SplitKPartialsInBf16._gemm(SimpleNamespace(K=K_long), x, w, part)
+            split.append(part.to(torch.bfloat16))
+        fp32 = [torch.mm(x, w.t()) for x, w in inputs]
+        shard = {name: sum(p.float() for p in parts)[:S_].to(torch.bfloat16)
+                 for name, parts in (("split", split), ("fp32", fp32))}
+        verdicts[kind] = {name: within_tolerance(y, truth) for name, y in shard.items()}
+    assert verdicts["gaussian"]["split"].passed and verdicts["gaussian"]["fp32"].passed
+    assert verdicts["cancel"]["fp32"].passed
+    bad = verdicts["cancel"]["split"]
+    assert not bad.passed and bad.n_wrong > M_ * N_ // W_ // 4, bad
+    assert bad.extra["max_error_over_budget"] > 2.5
+
+
+def test_the_cancel_kind_puts_a_k_prefix_far_above_the_partial():
+    """What the kind is for: the sum over the first half of K is ~2^8 times the whole partial (so any
+    rounding of a K-part to bf16 errs by u16 times the prefix), for every element; odd K keeps its last column."""
+    from oracle import make_inputs
+
+    for K_ in (2048, 321):
+        x, w = make_inputs(3, 1, 32, 64, K_, 2, "cancel")
+        h = K_ // 2
+        prefix = x[:, :h].double() @ w[:, :h].double().T
+        whole = x.double() @ w.double().T
+        assert (prefix > 0).all() and torch.equal(x[:, h : 2 * h], x[:, :h])
+        assert float((prefix.abs() / whole.abs().clamp_min(1e-30)).median()) > 2**6
+        assert torch.isfinite(whole).all()
