@@ -268,7 +268,7 @@ def _lease_rank_tokens(spec: PoolSpec, gpus: list[int]) -> None:
             pytest.fail(f"no {spec.world_size if shared else 1} rank token(s) of GPU {gpu} (budget "
                         f"{gpu_budget(gpu)}) came free within {LEASE_WAIT_S:.0f}s (held by another run on this host?)")
         leases.append(lease)
-    _RANK_LEASES[spec.key()] = GpuLease(sorted(gpus), [f for held in leases for f in held._files])
+    _RANK_LEASES[spec.key()] = GpuLease.joined(leases)
 
 
 def close_pool(key: tuple) -> None:

@@ -112,6 +112,11 @@ class GpuLease:
     gpus: list[int]
     _files: list
 
+    @classmethod
+    def joined(cls, leases: list[GpuLease]) -> GpuLease:
+        """One lease holding everything ``leases`` hold (released together)."""
+        return cls(sorted({g for lease in leases for g in lease.gpus}), [f for lease in leases for f in lease._files])
+
     def release(self) -> None:
         for f in self._files:
             try:
