@@ -209,13 +209,9 @@ def lease_ranks(gpu: int, count: int, *, budget: int, lock_dir: str | None = Non
 
     need = max(1, min(count, budget))
     deadline = time.monotonic() + wait_s
-    queue = None
-    while queue is None:
-        queue = _lock(lock_dir, f"gpu{gpu}.rank-queue.lock")
-        if queue is None:
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.2)
+    queue = _first_free([gpu], wait_s, lambda g: _lock(lock_dir, f"gpu{g}.rank-queue.lock"))
+    if queue is None:
+        return None
     held: dict[int, object] = {}
     try:
         while True:
@@ -255,8 +251,9 @@ def _lock(lock_dir: str | None, name: str):
     return f
 
 
-def _first_free(places: list[int], wait_s: float, take) -> GpuLease | None:
-    """``take(v)`` for each place in turn, again every second until one gives a lease or ``wait_s`` is over."""
+def _first_free(places: list[int], wait_s: float, take):
+    """``take(v)`` for each place in turn, again every second until one gives a lease (or a lock) or ``wait_s``
+    is over; None then."""
     import time
 
     deadline = time.monotonic() + wait_s

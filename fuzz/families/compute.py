@@ -86,8 +86,8 @@ def systematic_bias(ctx: RankContext, case: Case, y, M: int, seed: int, kind: st
     mean signed error and mean error along the sign of the truth, against the fp64 truth). Skipped with the
     reason where it could not fail (nothing rounded, too few informative elements), never passed."""
     name = "no_systematic_bias"
-    if kind in UNROUNDED_KINDS or kind in UNMODELLED_KINDS:
-        why = UNROUNDED_KINDS.get(kind) or UNMODELLED_KINDS[kind]
+    why = {**UNROUNDED_KINDS, **UNMODELLED_KINDS}.get(kind)
+    if why:
         res = skipped(name, f"not applicable: {why}", rank=ctx.rank)
     else:
         res = no_systematic_bias(y, ctx.rounding_model(case, seed, M, kind), rank=ctx.rank, name=name)

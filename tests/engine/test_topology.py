@@ -301,9 +301,9 @@ def test_a_waiting_rank_lease_gets_its_tokens_when_another_pool_gives_them_back(
     assert lease_ranks(0, 11, budget=27, lock_dir=d) is not None  # the queue is free again
 
 
-def test_a_worker_holds_one_shared_gpu_pool_and_its_tokens_go_back_with_it(monkeypatch, tmp_path):
-    """Before a shared-gpu pool starts, the worker's other shared-gpu pools close (a worker runs one test at a
-    time) and their rank tokens go back; the new pool takes W tokens of its GPU."""
+def _fake_gpu_pools(monkeypatch, lock_dir: str, gpus: int, budget: int) -> list:
+    """fuzz.conftest with fake pools (their world sizes recorded when closed), ``gpus`` GPUs of ``budget`` rank
+    tokens each (lock files in ``lock_dir``), and empty pool and lease tables; returns the closed list."""
     import fuzz.conftest as fc
     from fuzz.topology import lease_ranks
 
@@ -316,15 +316,27 @@ def test_a_worker_holds_one_shared_gpu_pool_and_its_tokens_go_back_with_it(monke
         def close(self):
             closed.append(self.spec.world_size)
 
-    d = str(tmp_path)
     monkeypatch.setattr(fc, "RankPool", FakePool)
-    monkeypatch.setattr(fc, "gpu_count", lambda: 1)
+    monkeypatch.setattr(fc, "gpu_count", lambda: gpus)
     monkeypatch.setattr(fc, "pools_per_gpu", lambda: 2)
-    monkeypatch.setattr(fc, "lease_gpus", lambda *a, **k: type("L", (), {"gpus": [0], "release": lambda s: None})())
-    monkeypatch.setattr(fc, "lease_ranks", lambda gpu, count, **k: lease_ranks(gpu, count, lock_dir=d, budget=20))
-    monkeypatch.setattr(fc, "_BUDGETS", {0: 20})
+    monkeypatch.setattr(fc, "lease_gpus", lambda need, **k: type("L", (), {"gpus": list(range(need)),
+                                                                         "release": lambda s: None})())
+    monkeypatch.setattr(fc, "lease_ranks", lambda gpu, count, **k: lease_ranks(gpu, count, lock_dir=lock_dir,
+                                                                                budget=budget))
+    monkeypatch.setattr(fc, "_BUDGETS", dict.fromkeys(range(gpus), budget))
     for name in ("_POOLS", "_LEASES", "_RANK_LEASES"):
         monkeypatch.setattr(fc, name, {})
+    return closed
+
+
+def test_a_worker_holds_one_shared_gpu_pool_and_its_tokens_go_back_with_it(monkeypatch, tmp_path):
+    """Before a shared-gpu pool starts, the worker's other shared-gpu pools close (a worker runs one test at a
+    time) and their rank tokens go back; the new pool takes W tokens of its GPU."""
+    import fuzz.conftest as fc
+    from fuzz.topology import lease_ranks
+
+    d = str(tmp_path)
+    closed = _fake_gpu_pools(monkeypatch, d, gpus=1, budget=20)
     p16 = fc.get_pool("fused", "shared-gpu", 16, optimize=1)
     assert lease_ranks(0, 5, budget=20, lock_dir=d) is None  # 16 of 20 held
     p8 = fc.get_pool("fused", "shared-gpu", 8, optimize=1)
@@ -360,23 +372,8 @@ def test_a_multi_gpu_pool_takes_one_rank_token_of_each_of_its_gpus(monkeypatch, 
     import fuzz.conftest as fc
     from fuzz.topology import lease_ranks
 
-    class FakePool:
-        def __init__(self, spec, gpus=None):
-            self.spec, self.gpus = spec, gpus
-
-        def close(self):
-            pass
-
     d = str(tmp_path)
-    monkeypatch.setattr(fc, "RankPool", FakePool)
-    monkeypatch.setattr(fc, "gpu_count", lambda: 2)
-    monkeypatch.setattr(fc, "pools_per_gpu", lambda: 2)
-    monkeypatch.setattr(fc, "lease_gpus", lambda need, **k: type("L", (), {"gpus": list(range(need)),
-                                                                         "release": lambda s: None})())
-    monkeypatch.setattr(fc, "lease_ranks", lambda gpu, count, **k: lease_ranks(gpu, count, lock_dir=d, budget=3))
-    monkeypatch.setattr(fc, "_BUDGETS", {0: 3, 1: 3})
-    for name in ("_POOLS", "_LEASES", "_RANK_LEASES"):
-        monkeypatch.setattr(fc, name, {})
+    _fake_gpu_pools(monkeypatch, d, gpus=2, budget=3)
     fc.get_pool("fused", "multi-gpu", 2, optimize=1)
     for gpu in (0, 1):
         assert lease_ranks(gpu, 3, budget=3, lock_dir=d) is None  # one of the three is the pool's
