@@ -77,18 +77,19 @@ class _Forced:
         self.impl, self.index = impl, index
 
     def __call__(self, x, w, out):
-        import cuda.bindings.driver as cuda
-
-        stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-        kernels = self.impl._compiled[self.impl.kernel_protocols()[0]]
-        kernels[self.index].launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), x.shape[0], stream)
+        self.impl.launch_config(self.impl.kernel_protocols()[0], self.index, x, w, out, x.shape[0])
         return out
 
 
 def all_tiles(impl, M, N, K, dev) -> list[float]:
     """TF/s of every tile config of ``impl`` at M (each checked against the fp64 bound first)."""
+    from kernel.fused.tiles import pick_splits
+
     out = []
-    for i in range(len(impl.tile_configs())):
+    for i, config in enumerate(impl.tile_configs()):
+        if pick_splits(config, M, N, K, 1) == 0:  # a split-K config where it never runs (M > its limit)
+            out.append(float("nan"))
+            continue
         forced = _Forced(impl, i)
         verdict, _ = check(lambda x, w, f=forced: f(x, w, torch.empty(x.shape[0], N, device=dev,
                                                                          dtype=torch.bfloat16)), M, N, K)
@@ -98,13 +99,21 @@ def all_tiles(impl, M, N, K, dev) -> list[float]:
 
 def render_all_tiles(configs, every) -> str:
     """One line per (M, N, K): TF/s of each config (the chosen one starred) and of torch.mm."""
-    names = [f"{c.tile_m}x{c.tile_n}" for c in configs]
+    names = [f"{c.tile_m}x{c.tile_n}{' splitK' if c.split_k else ''}" for c in configs]
     head = f"{'M':>6} {'N':>6} {'K':>6} | " + " ".join(f"{n:>9}" for n in names) + f" | {'mm':>7}"
     lines = ["every tile config (TF/s; * = chosen by kernel/fused/tiles.py)", head, "-" * len(head)]
     for M, N, K, chosen, tfs, mm in every:
         cells = " ".join(f"{t:>8.1f}{'*' if i == chosen else ' '}" for i, t in enumerate(tfs))
         lines.append(f"{M:>6} {N:>6} {K:>6} | {cells} | {mm:>7.1f}")
     return "\n".join(lines)
+
+
+def tile_name(impl, M) -> str:
+    """The tile config a call with M rows uses, with its K parts where it is a split-K config."""
+    from kernel.fused.tiles import pick_splits
+
+    c = impl.tile_configs()[impl.tile_config_index(M)]
+    return f"{c.tile_m}x{c.tile_n}" + (f" splitK P={pick_splits(c, M, impl.N, impl.K, 1)}" if c.split_k else "")
 
 
 def host_overhead_us(impl, M) -> float:
@@ -153,8 +162,7 @@ def main() -> None:
                 tf_o, tf_m = bench_one(impl, M, N, K, dev)
                 print(
                     f"{M:>6} {N:>6} {K:>6} | {verdict:>6} {diff:>12.4g} | "
-                    f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} | "
-                    "{0.tile_m}x{0.tile_n}".format(impl.tile_configs()[impl.tile_config_index(M)]),
+                    f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} | {tile_name(impl, M)}",
                     flush=True,
                 )
                 if args.all_tiles:

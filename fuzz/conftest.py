@@ -117,9 +117,9 @@ CASE_S, CASE_S_PER_RANK, POOL_START_S = 0.6, 0.15, 8.0
 
 def unit_cost(test_name: str, world_size: int) -> float:
     """Estimated seconds of one gate test (all its examples) on one (implementation, W) pool."""
-    from fuzz.settings import WEIGHTS, examples
+    from fuzz.settings import FIXED_CASES, WEIGHTS, examples
 
-    n = examples(test_name) if test_name in WEIGHTS else 1
+    n = examples(test_name) if test_name in WEIGHTS else FIXED_CASES.get(test_name, 1)
     return n * (CASE_S + CASE_S_PER_RANK * world_size)
 
 

@@ -104,6 +104,12 @@ WEIGHTS = {
 }
 
 
+#: cases of the gate tests that are not Hypothesis-driven (a fixed list of cases; the deal's estimate): the
+#: fused kernel's 8 declared paths, a compute case each and a graph case for its 5 split-K ones
+#: (fuzz/strategies.py: path_cases)
+FIXED_CASES = {"test_kernel_paths": 13}
+
+
 def examples(test_name: str) -> int:
     """Examples for a gate test in this process: --examples, else the gate profile's (smoke), else the
     Hypothesis profile's by the test's weight."""

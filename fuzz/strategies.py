@@ -85,6 +85,33 @@ def declared_support(impl: str) -> Callable[[int, int], Eligibility]:
     return getattr(factory, "supports", all_shapes)
 
 
+def declared_paths(impl: str, world_size: int) -> tuple:
+    """The kernel paths the implementation ``impl`` declares at ``world_size``
+    (kernel.interface.GemmRsImplementation.declared_paths); none for a factory without the query."""
+    from kernel.registry import load_implementation
+
+    try:
+        factory = load_implementation(impl)
+    except Exception:  # noqa: BLE001 — the ranks load it too, and report why they cannot (a harness error)
+        return ()
+    query = getattr(factory, "declared_paths", None)
+    return tuple(query(world_size)) if query is not None else ()
+
+
+def path_cases(path, index: int) -> list[Case]:
+    """The cases of one declared kernel path (:func:`declared_paths`): a compute case calling it on cancellation,
+    exact and gaussian inputs with a call of another M in between (the 64-row tiles' M = 1, or 129), then, for a
+    path with device state of its own (``replay``), a graph of it replayed with inputs changed in place. Seeds
+    fixed per path: every run checks the same calls."""
+    max_M = max(path.M, 512)
+    other = 1 if path.M > 1 else 129
+    cases = [Case("compute", 9000 + index, path.N, path.K, max_M, [path.M, other, path.M], "cancel", "guarded",
+                  repeat=2, kinds=["cancel", "exact", "gaussian"])]
+    if path.replay:
+        cases.append(Case("graph", 9100 + index, path.N, path.K, max_M, [path.M], "exact", "guarded", repeat=3))
+    return cases
+
+
 def nearest_supported(supports: Callable[[int, int], Eligibility], N: int, K: int) -> tuple[int, int] | None:
     """The supported (N', K') >= (N, K) nearest to it (K first: the smaller step) within SNAP_WINDOW, or None."""
     for dk in range(SNAP_WINDOW[1]):

@@ -24,9 +24,11 @@ from fuzz.strategies import (
     byte_boundary_cases,
     capacity_cases,
     compute_cases,
+    declared_paths,
     declared_support,
     graph_cases,
     layer_cases,
+    path_cases,
     streams_cases,
 )
 
@@ -50,6 +52,22 @@ def test_compute(pool, data):
     contract (dtype, shape, device, out= or a fresh result)."""
     case = data.draw(compute_cases(*_where(pool), supports=_supports(pool)), label="case")
     check_case(pool, case)
+
+
+def test_kernel_paths(pool):
+    """Every code path the implementation declares (``declared_paths``: for the fused kernel each tile config,
+    the split-K builds per number of K parts) in every run, on cancellation, exact and gaussian inputs and in a
+    replayed graph: a path only rare shapes select is never left to the draw. Not Hypothesis-driven: the
+    calls are fixed, each failure prints its REPRO line."""
+    world_size, topology = _where(pool)
+    paths = declared_paths(pool.spec.impl, world_size)
+    if not paths:
+        pytest.skip(f"{pool.spec.impl} declares no kernel paths at W={world_size}")
+    if topology == "cpu":
+        pytest.skip("the declared kernel paths are device code: the cpu topology runs the fallback")
+    for i, path in enumerate(paths):
+        for case in path_cases(path, i):
+            check_case(pool, case)
 
 
 @settings(max_examples=examples("test_layers"))

@@ -55,6 +55,19 @@ CLAUSES = (
 )
 
 
+@dataclass(frozen=True)
+class KernelPath:
+    """One code path of an implementation's main path (a tile config, a split-K build, ...) and a call that
+    takes it: an instance for (N, K) called with M rows at group size ``world_size``. ``replay``: the path keeps
+    device state of its own across calls (flags, buffers), so the gate also replays it in a CUDA graph."""
+
+    label: str
+    N: int
+    K: int
+    M: int
+    replay: bool = False
+
+
 class GemmRsImplementation(abc.ABC):
     """Base of every implementation and adapter. Subclasses implement :meth:`_run`."""
 
@@ -118,6 +131,14 @@ class GemmRsImplementation(abc.ABC):
         if N < 1 or K < 1:
             return Eligibility(False, f"N={N}, K={K}: both must be >= 1")
         return Eligibility(True)
+
+    @classmethod
+    def declared_paths(cls, world_size: int) -> tuple[KernelPath, ...]:
+        """The distinct code paths of the main path at group size ``world_size``, each with a call that takes it
+        (a query on the class, like :meth:`supports`): the gate runs every one of them on exact, cancellation
+        and gaussian inputs in every run (``fuzz/test_gemm_rs.py::test_kernel_paths``), so a path that only
+        rare shapes select is never left to chance. Default: none declared."""
+        return ()
 
     def can_run(self, weight: torch.Tensor) -> Eligibility:
         """Whether this implementation's main path supports ``weight`` and the group."""

@@ -8,7 +8,8 @@ loadable as ``--impl mutants.kernel_faults:NAME``. The fused path is
 forced (``force_fused=True`` by default): a faulted build that silently fell back to the unfused
 implementation would "survive" for the wrong reason, so where the kernel cannot run the call raises
 :class:`kernel.errors.FusedPathUnavailable` instead. At W == 1 (plain GEMM, no cross-rank protocol)
-the switches have no effect: run these at W >= 2.
+the switches have no effect (but for the split-K ones: the W == 1 split-K GEMM is built with them): run
+these at W >= 2, the split-K ones at W = 1 too.
 
 Needs only torch to import (the kernel is compiled at construction, on a GPU machine).
 """
@@ -62,6 +63,21 @@ class FusedPaddingWritten(_FaultedFused):
 class FusedWrongOwner(_FaultedFused):
     name = "fused-fault-wrong-owner"
     faults = ("wrong_owner",)
+
+
+class FusedDroppedPart(_FaultedFused):
+    name = "fused-fault-dropped-part"
+    faults = ("dropped_part",)
+
+
+class FusedBf16Parts(_FaultedFused):
+    name = "fused-fault-bf16-parts"
+    faults = ("bf16_parts",)
+
+
+class FusedUnorderedPartSignal(_FaultedFused):
+    name = "fused-fault-unordered-part-signal"
+    faults = ("unordered_part_signal",)
 
 
 class FusedPushConsumerFenceMissing(_FaultedFusedPush):
@@ -119,6 +135,20 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
     GpuMutantSpec("FusedWrongOwner", "wrong_owner",
                   "wrong owner: rank r reduces and returns the shard of rank (r+1) % W",
                   "within_tolerance / bitwise_equal (exact mode); padded_rows_untouched at tiny M"),
+    GpuMutantSpec("FusedDroppedPart", "dropped_part",
+                  "split-K: the combine adds K parts 0..P-2 (the last part of K is never added)",
+                  "within_tolerance / bitwise_equal at M <= 512, K >= 128 (a split-K config); also at W = 1",
+                  (1, 2)),
+    GpuMutantSpec("FusedBf16Parts", "bf16_parts",
+                  "split-K: each fp32 K part rounded to bf16 before the combine (reduced-precision split-K)",
+                  "within_tolerance on the cancel kind (3-118x the budget), a split-K config; also at W = 1",
+                  (1, 2)),
+    GpuMutantSpec("FusedUnorderedPartSignal", "unordered_part_signal",
+                  "split-K: a part's ready word raised by one thread after its own stores only (no barrier)",
+                  "within_tolerance (the combine reads parts other threads have not stored yet: stale values of "
+                  "the previous call); timing-dependent: survived the ci gate on an H200 (2026-12-01), caught "
+                  "statically by the pinned split-K PTX (tests/kernel/test_fault_builds.py)",
+                  (1, 2)),
     GpuMutantSpec("FusedPushConsumerFenceMissing", "consumer_fence_missing",
                   "push: no proxy fence between acquiring an owner's inbox-free flag and the TMA pushes into it",
                   "within_tolerance at a late owner (a push of call e+1 lands while the owner reads call e); "
@@ -152,6 +182,8 @@ def spec(name: str) -> GpuMutantSpec:
 
 __all__ = [
     "GPU_CATALOGUE",
+    "FusedBf16Parts",
+    "FusedDroppedPart",
     "FusedDroppedPeer",
     "FusedPaddingWritten",
     "FusedPushConsumerFenceMissing",
@@ -160,6 +192,7 @@ __all__ = [
     "FusedPushWrongInboxSlot",
     "FusedRelaxedSignal",
     "FusedStaleEpoch",
+    "FusedUnorderedPartSignal",
     "FusedWritePastCapacity",
     "FusedWrongOwner",
     "GpuMutantSpec",

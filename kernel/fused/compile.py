@@ -114,14 +114,18 @@ class CompiledGemm(CompiledKernel):
 
 
 class CompiledGemmRs(CompiledKernel):
-    """``launch(x, w, out, partial_ptrs, flag_ptrs, M, slots, slot_rows, rank, stream)``: one fused call of
-    rank ``rank`` (``partial_ptrs`` / ``flag_ptrs``: every rank's partial region and flag area;
-    ``slot_rows``: rows of one inbox slot of the push protocol, S_max)."""
+    """``launch(x, w, out, partial_ptrs, flag_ptrs, M, slots, slot_rows, rank, stream, split=None)``: one fused
+    call of rank ``rank`` (``partial_ptrs`` / ``flag_ptrs``: every rank's partial region and flag area;
+    ``slot_rows``: rows of one inbox slot of the push protocol, S_max). A split-K build (``config.split_k``) also
+    takes ``split = (parts_ptr, part_flags_ptr, P)``: this rank's local fp32 parts buffer, its part ready words and
+    the K parts of this call; any other build refuses one."""
 
     def launch(self, x_ptr: int, w_ptr: int, out_ptr: int, partial_ptrs, flag_ptrs, M: int, slots: int,
-               slot_rows: int, rank: int, stream) -> None:
+               slot_rows: int, rank: int, stream, split=None) -> None:
+        if (split is not None) != self.key.config.split_k:
+            raise ValueError("a split-K build takes split=(parts_ptr, part_flags_ptr, P), any other build none")
         self.fn(*_rs_args(self.key.protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, self.N, self.K,
-                          slots, slot_rows, rank, stream))
+                          slots, slot_rows, rank, stream, split))
         self.launches += 1
 
 
@@ -142,15 +146,19 @@ def _gemm_args(x_ptr, w_ptr, y_ptr, M, N, K, stream) -> tuple:
 
 
 def _rs_args(protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, N, K, slots, slot_rows, rank,
-             stream) -> tuple:
-    """The kernel arguments of either protocol (their ``__call__`` signatures)."""
+             stream, split=None) -> tuple:
+    """The kernel arguments of either protocol (their ``__call__`` signatures); ``split``: a split-K build's
+    ``(parts_ptr, part_flags_ptr, P)``, after the peer pointers."""
     import cutlass
 
     bf16, i32 = cutlass.BFloat16, cutlass.Int32
     head = (_ptr(bf16, x_ptr), _ptr(bf16, w_ptr), _ptr(bf16, out_ptr))
     peers = tuple(_ptr(bf16, p) for p in partial_ptrs) + tuple(_ptr(i32, p) for p in flag_ptrs)
+    if split is not None:
+        peers += (_ptr(cutlass.Float32, split[0]), _ptr(i32, split[1]))
     if protocol == "pull":
-        return head + (_ptr(bf16, partial_ptrs[rank]), i32(M), i32(N), i32(K), i32(slots), i32(rank), stream) + peers
+        return head + (_ptr(bf16, partial_ptrs[rank]), i32(M), i32(N), i32(K), i32(slots), i32(rank),
+                       i32(1 if split is None else split[2]), stream) + peers
     return head + (i32(M), i32(N), i32(K), i32(slot_rows), i32(slots), i32(rank), stream) + peers
 
 
@@ -243,8 +251,9 @@ def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
 
     kern = _kernel_of(key)
     W = key.world_size
+    split = (_PLACEHOLDER, _PLACEHOLDER, 2) if key.config.split_k else None
     args = _rs_args(key.protocol, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, [_PLACEHOLDER] * W, [_PLACEHOLDER] * W,
-                    1, 64, 64, 1, 1, 0, cuda.CUstream(0))
+                    1, 64, 64, 1, 1, 0, cuda.CUstream(0), split)
     fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemmRs(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 

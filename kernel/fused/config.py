@@ -43,6 +43,10 @@ class GemmConfig:
     ab_stages: int = 0  # 0: as many as fit in shared memory
     group_n: int = 8  # raster group width, in column tiles
     sm_count: int = 132  # persistent CTAs (H200: 132 SMs)
+    #: Split-K build (pull protocol and the W = 1 GEMM only): the K range of a tile is cut into P parts (P a launch
+    #: argument, :data:`SPLIT_K_CHOICES`), each computed by its own work unit into an fp32 part; one CTA per tile
+    #: sums the parts in part order and stores the rank's bf16 partial (design record: kernel/fused/gemm_rs.py).
+    split_k: bool = False
 
     def validate(self) -> None:
         if self.tile_k != K_TILE:
@@ -63,6 +67,13 @@ class GemmConfig:
             raise ValueError(f"K={K} must be a positive multiple of {self.tile_k}")
         if int(N) <= 0 or int(N) % N_ALIGN:
             raise ValueError(f"N={N} must be a positive multiple of {N_ALIGN} (16-byte rows)")
+
+
+#: K parts a split-K call may use (:mod:`kernel.fused.tiles` picks one per M; never more than K's k-tiles).
+SPLIT_K_CHOICES = (2, 3, 4)
+#: Split-K configs are considered only up to this M (where the M x N tiles alone cannot fill the SMs); the
+#: fp32 parts workspace is sized for the calls at or below it.
+SPLIT_K_MAX_M = 512
 
 
 # --- cross-rank protocol ----------------------------------------------------------------------------
@@ -131,6 +142,12 @@ FAULT_PROTOCOL = {
     "write_past_capacity": ("pull", "a row stored at partial row W*S: past the partials (guard A) when S == S_max"),
     "padding_written": ("pull", "out's padding rows (r*S + i >= M) are written (with zeros)"),
     "wrong_owner": ("pull", "rank r reduces the shard of (r+1) % W (waits on that owner's ready flags)"),
+    # split-K builds of the pull kernel (kernel.fused.gemm_rs, configs with split_k)
+    "dropped_part": ("pull", "split-K: the combine adds K parts 0..P-2: the last part is never added"),
+    "bf16_parts": ("pull", "split-K: each fp32 K part is rounded to bf16 before the combine adds it (the "
+                           "reduced-precision split-K reduction the contract's error model excludes)"),
+    "unordered_part_signal": ("pull", "split-K: a part's ready word is raised by one thread right after its own "
+                                      "stores, without the barrier that orders the other threads' stores first"),
     # push protocol (kernel.fused.gemm_rs_push)
     "consumer_fence_missing": ("push", "no fence.proxy.async between acquiring an owner's inbox-free flag and "
                                        "the TMA pushes into that inbox (async-proxy writes not ordered after "
@@ -142,6 +159,9 @@ FAULT_PROTOCOL = {
                                     "never added"),
 }
 KERNEL_FAULTS = tuple(FAULT_PROTOCOL)
+#: The faults that plant bugs in the split-K phase only (no effect on a build without ``split_k``); the only ones a
+#: W == 1 split-K GEMM is built with.
+SPLIT_K_FAULTS = ("dropped_part", "bf16_parts", "unordered_part_signal")
 
 
 def normalize_faults(faults, protocol: str | None = None) -> frozenset:
@@ -204,6 +224,9 @@ __all__ = [
     "PUSH_ORDERS",
     "READY_BASE",
     "SMEM_CAPACITY_SM90",
+    "SPLIT_K_CHOICES",
+    "SPLIT_K_FAULTS",
+    "SPLIT_K_MAX_M",
     "SPIN_SLEEP_NS",
     "SPIN_TIMEOUT_S",
     "SUPPORTED_CAPABILITY",

@@ -339,23 +339,51 @@ class HopperGemmBF16:
         return tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)]
 
     @cute.jit
-    def produce(self, tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, schedule):
+    def produce(self, tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, schedule,
+                splits=None):
         """The producer warp: TMA loads of A and B k-tiles into the pipeline stages, tile after tile, in the
-        order of :meth:`k_tiles_of` (each kernel's tile order)."""
+        order of :meth:`k_tiles_of` (each kernel's tile order). ``splits`` (a split-K build, run-time P): work
+        units ``tile * P + part`` instead of tiles, each the k-tiles of :meth:`split_k_range`."""
         tAsA, tBsB = tma_parts[0], tma_parts[2]
         producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
-        tile_idx = bidx
-        while tile_idx < num_tiles:
-            tAgA_m, tBgB_n = self.k_tiles_of(tma_parts, tile_idx, schedule)
-            for k_tile in range(self.k_tile_cnt):
-                mainloop_pipeline.producer_acquire(producer_state)
-                barrier = mainloop_pipeline.producer_get_barrier(producer_state)
-                cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)], tma_bar_ptr=barrier)
-                cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, producer_state.index)], tma_bar_ptr=barrier)
-                mainloop_pipeline.producer_commit(producer_state)
-                producer_state.advance()
-            tile_idx += gdim
+        if cutlass.const_expr(splits is None):
+            tile_idx = bidx
+            while tile_idx < num_tiles:
+                tAgA_m, tBgB_n = self.k_tiles_of(tma_parts, tile_idx, schedule)
+                for k_tile in range(self.k_tile_cnt):
+                    mainloop_pipeline.producer_acquire(producer_state)
+                    barrier = mainloop_pipeline.producer_get_barrier(producer_state)
+                    cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)],
+                              tma_bar_ptr=barrier)
+                    cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, producer_state.index)],
+                              tma_bar_ptr=barrier)
+                    mainloop_pipeline.producer_commit(producer_state)
+                    producer_state.advance()
+                tile_idx += gdim
+        else:
+            unit = bidx
+            while unit < num_tiles * splits:
+                tile_idx = unit // splits
+                k_first, k_count = self.split_k_range(unit - tile_idx * splits, splits)
+                tAgA_m, tBgB_n = self.k_tiles_of(tma_parts, tile_idx, schedule)
+                for kk in range(k_count):
+                    mainloop_pipeline.producer_acquire(producer_state)
+                    barrier = mainloop_pipeline.producer_get_barrier(producer_state)
+                    cute.copy(tma_atom_a, tAgA_m[(None, k_first + kk)], tAsA[(None, producer_state.index)],
+                              tma_bar_ptr=barrier)
+                    cute.copy(tma_atom_b, tBgB_n[(None, k_first + kk)], tBsB[(None, producer_state.index)],
+                              tma_bar_ptr=barrier)
+                    mainloop_pipeline.producer_commit(producer_state)
+                    producer_state.advance()
+                unit += gdim
         mainloop_pipeline.producer_tail(producer_state)
+
+    @cute.jit
+    def split_k_range(self, part: cutlass.Int32, splits: cutlass.Int32):
+        """``(first k-tile, k-tile count)`` of K part ``part`` of ``splits`` (1 <= splits <= k-tiles): the parts
+        tile the k-tiles in order, each at least one, the last ones one longer when they do not divide evenly."""
+        first = part * self.k_tile_cnt // splits
+        return first, (part + 1) * self.k_tile_cnt // splits - first
 
     @cute.jit
     def consumer_pipelines(self, tCrA: cute.Tensor):
@@ -373,18 +401,19 @@ class HopperGemmBF16:
 
     @cute.jit
     def mma_tile(self, tiled_mma: cute.TiledMma, accumulators: cute.Tensor, tCrA: cute.Tensor, tCrB: cute.Tensor,
-                 mainloop_pipeline, read_state, release_state, num_k_blocks: cutlass.Constexpr):
+                 mainloop_pipeline, read_state, release_state, num_k_blocks: cutlass.Constexpr, k_tiles=None):
         """The consumer warpgroups' mainloop of one tile, shared by every kernel: ``accumulators = A_tile @
         B_tile.T`` over all k-tiles, wgmma from the pipeline's stages, one batch in flight; each stage is
         released once the batch reading it has retired. Returns ``(read_state, release_state)`` advanced: the
         caller must assign them (``read_state, release_state = self.mma_tile(...)``), or its tile loop does not
         carry them from one tile to the next (every tile would restart at stage 0, phase 0). It also sets
         ``tiled_mma``'s ACCUMULATE field inside the caller's loop: the kernel body must not call methods on
-        ``tiled_mma`` itself (pass it to helpers), or a branch would carry that in-loop value out."""
+        ``tiled_mma`` itself (pass it to helpers), or a branch would carry that in-loop value out. ``k_tiles``: how
+        many k-tiles (a split-K unit's count, at least 1; default all of K)."""
         accumulators.fill(0.0)
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         cute.nvgpu.warpgroup.fence()
-        for k_tile in range(self.k_tile_cnt):
+        for k_tile in range(self.k_tile_cnt if k_tiles is None else k_tiles):
             mainloop_pipeline.consumer_wait(read_state)
             for k_block in cutlass.range_constexpr(num_k_blocks):
                 k_block_coord = (None, None, k_block, read_state.index)

@@ -93,10 +93,12 @@ from .rs_protocol import CrossRankGemm
 class HopperGemmRsBF16(CrossRankGemm):
     """Fused GEMM + reduce-scatter, pull protocol, for (config, W); M, N, K and the rank are run-time.
 
-    ``compiled(x, w, out, own_partials, M, N, K, slots, rank, stream, *partials[W], *flags[W])``: raw pointers;
-    ``partials[p]`` / ``flags[p]`` are rank p's symmetric partial buffer and flag area (peer pointers),
-    ``own_partials`` is ``partials[rank]`` (the TMA store target, built on the host side). The peer
-    pointers come last, one argument each (CuTe DSL 4.8.1 exports no list argument)."""
+    ``compiled(x, w, out, own_partials, M, N, K, slots, rank, splits, stream, *partials[W], *flags[W][, parts,
+    part_ready])``: raw pointers; ``partials[p]`` / ``flags[p]`` are rank p's symmetric partial buffer and flag area
+    (peer pointers), ``own_partials`` is ``partials[rank]`` (the TMA store target, built on the host side). The
+    peer pointers come last, one argument each (CuTe DSL 4.8.1 exports no list argument, and no ``Int32`` among
+    the variadic ones: ``splits``, the K parts of a split-K build, is a named argument every build takes and only
+    the split-K build reads; its local parts buffer and part ready words follow the peers)."""
 
     protocol = "pull"
 
@@ -104,6 +106,8 @@ class HopperGemmRsBF16(CrossRankGemm):
         super().__init__(*args, **kwargs)
         self.vec_per_row = self.config.tile_n // 8  # 16-byte vectors in a tile row
         self.peers_summed = self.world_size - 1 if "dropped_peer" in self.faults else self.world_size
+        self.split = self.config.split_k
+        self.part_bytes = self.config.tile_m * self.config.tile_n * 4  # one fp32 K part of a tile
 
     # --- host side --------------------------------------------------------------------------------
     @cute.jit
@@ -118,13 +122,18 @@ class HopperGemmRsBF16(CrossRankGemm):
         k: cutlass.Int32,
         slots: cutlass.Int32,
         rank: cutlass.Int32,
+        splits: cutlass.Int32,
         stream: cuda.CUstream,
         *peer_ptrs,
     ):
         W = self.world_size
-        partial_ptrs, flag_ptrs = list(peer_ptrs[:W]), list(peer_ptrs[W:])
+        partial_ptrs, flag_ptrs, split_args = list(peer_ptrs[:W]), list(peer_ptrs[W:2 * W]), list(peer_ptrs[2 * W:])
         self.bind_shape(n, k)
         atoms, num_m_tiles, grid_x = self.host_setup(x_ptr, w_ptr, own_partial_ptr, m)
+        if cutlass.const_expr(self.split):  # one CTA per work unit (tile, K part), at most one per SM
+            split_args.append(splits)
+            grid_x = cutlass.min(num_m_tiles * self.num_n_tiles * cutlass.min(splits, self.k_tile_cnt),
+                                 self.config.sm_count)
         self.kernel(
             *atoms,
             self.tiled_mma,
@@ -140,6 +149,7 @@ class HopperGemmRsBF16(CrossRankGemm):
             out_ptr,
             partial_ptrs,
             flag_ptrs,
+            split_args,
         ).launch(
             grid=[grid_x, 1, 1],
             block=[self.threads_per_cta, 1, 1],
@@ -165,6 +175,51 @@ class HopperGemmRsBF16(CrossRankGemm):
                 else:
                     ptx.st_release_sys_u32(flag_ptrs[o].toint() + word * 4, epoch)
 
+    @cute.jit
+    def publish_tile(self, warp_idx: Int32, consumer_tidx: Int32, flag_ptrs: list, m_tile: Int32, n_tile: Int32,
+                     m: Int32, shard: Int32, slots: Int32, rank: Int32, epoch: Int32):
+        """After a partial tile's TMA stores were issued: once they completed and are ordered before the flags
+        (``wait_group 0`` in every lane of the store warp, proxy fence), lane 0 signals the tile's owners."""
+        if warp_idx == self.epi_store_warp_id:
+            if cutlass.const_expr("relaxed_signal" not in self.faults):
+                cute.arch.cp_async_bulk_wait_group(0, read=False)
+                cute.arch.fence_proxy("async.global")
+            cute.arch.sync_warp()
+            if consumer_tidx == 0:
+                self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, rank, epoch)
+
+    # --- device side: split-K parts ---------------------------------------------------------------
+    @cute.jit
+    def store_part(self, accumulators: cute.Tensor, unit_addr: Int64, consumer_tidx: Int32):
+        """This thread's accumulators (fp32) into the K part of a work unit at ``unit_addr``, in fragment order:
+        16-byte vector ``i`` of thread ``t`` at ``(i * threads + t) * 16``, so a warp's store is 512 contiguous
+        bytes and the CTA that sums the part reads each thread's values back into the same fragment."""
+        lane = Int64(consumer_tidx * 16)
+        for i4 in cutlass.range_constexpr(cute.size(accumulators) // 4):
+            vals = [accumulators[4 * i4 + j] for j in range(4)]
+            if cutlass.const_expr("bf16_parts" in self.faults):
+                vals = [ptx.round_to_bf16(v) for v in vals]
+            ptx.st_f32x4(unit_addr + lane + Int64(i4 * self.num_mma_threads * 16), vals)
+
+    @cute.jit
+    def sum_parts(self, accumulators: cute.Tensor, tile_addr: Int64, splits: Int32, consumer_tidx: Int32):
+        """``accumulators`` = the ``splits`` fp32 K parts of a tile (its units ``tile * P .. tile * P + P - 1``
+        start at ``tile_addr``), added in part order 0..P-1: a fixed order, so the bf16 partial is bitwise
+        repeatable whichever unit finished first."""
+        lane = Int64(consumer_tidx * 16)
+        n_vec = cute.size(accumulators) // 4
+        for i4 in cutlass.range_constexpr(n_vec):
+            first = ptx.ld_f32x4_cg(tile_addr + lane + Int64(i4 * self.num_mma_threads * 16))
+            for j in cutlass.range_constexpr(4):
+                accumulators[4 * i4 + j] = first[j]
+        summed = splits - 1 if cutlass.const_expr("dropped_part" in self.faults) else splits
+        for p in range(1, summed):
+            part_addr = tile_addr + Int64(p) * self.part_bytes + lane
+            for i4 in cutlass.range_constexpr(n_vec):
+                more = ptx.ld_f32x4_cg(part_addr + Int64(i4 * self.num_mma_threads * 16))
+                for j in cutlass.range_constexpr(4):
+                    accumulators[4 * i4 + j] = accumulators[4 * i4 + j] + more[j]
+
     # --- device side: the kernel ------------------------------------------------------------------
     @cute.kernel
     def kernel(
@@ -188,6 +243,7 @@ class HopperGemmRsBF16(CrossRankGemm):
         out_ptr: cute.Pointer,
         partial_ptrs: list,
         flag_ptrs: list,
+        split_args: list,
     ):
         W = self.world_size
         self.bind_shape(n, k)
@@ -195,12 +251,20 @@ class HopperGemmRsBF16(CrossRankGemm):
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
                           a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))
         num_tiles = num_m_tiles * self.num_n_tiles
+        splits = None
+        if cutlass.const_expr(self.split):
+            splits = cutlass.min(split_args[2], self.k_tile_cnt)
         pipeline.pipeline_init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == self.producer_warp_id:
-                self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles, num_m_tiles)
+                if cutlass.const_expr(self.split):
+                    self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles,
+                                 num_m_tiles, splits)
+                else:
+                    self.produce(tma_atom_a, tma_atom_b, tma_parts, mainloop_pipeline, bidx, gdim, num_tiles,
+                                 num_m_tiles)
         else:
             cute.arch.setmaxregister_increase(self.consumer_regs)
             consumer_tidx = tidx - self.threads_per_warpgroup
@@ -217,76 +281,109 @@ class HopperGemmRsBF16(CrossRankGemm):
 
             tile_idx = bidx
             tiles_done = cutlass.Int32(0)
-            while tile_idx < num_tiles:
-                m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
-                release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB, mainloop_pipeline,
-                                                          read_state, release_state, num_k_blocks)
-                self.epilogue(
-                    tiled_mma,
-                    accumulators,
-                    tma_atom_c,
-                    sC,
-                    gC[(None, None, m_tile, n_tile)],
-                    tma_store_pipeline,
-                    consumer_tidx,
-                    warp_idx,
-                    tiles_done,
-                )
-                # The partial tile is in global memory before its owners are told so.
-                if warp_idx == self.epi_store_warp_id:
-                    if cutlass.const_expr("relaxed_signal" not in self.faults):
-                        cute.arch.cp_async_bulk_wait_group(0, read=False)
-                        cute.arch.fence_proxy("async.global")
-                    cute.arch.sync_warp()
+            if cutlass.const_expr(not self.split):
+                while tile_idx < num_tiles:
+                    m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
+                    release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB,
+                                                              mainloop_pipeline, read_state, release_state,
+                                                              num_k_blocks)
+                    self.epilogue(
+                        tiled_mma,
+                        accumulators,
+                        tma_atom_c,
+                        sC,
+                        gC[(None, None, m_tile, n_tile)],
+                        tma_store_pipeline,
+                        consumer_tidx,
+                        warp_idx,
+                        tiles_done,
+                    )
+                    # The partial tile is in global memory before its owners are told so.
+                    self.publish_tile(warp_idx, consumer_tidx, flag_ptrs, m_tile, n_tile, m, shard, slots, rank,
+                                      epoch)
+                    tiles_done += 1
+                    tile_idx += gdim
+            else:
+                # Split-K, phase 1: work units (tile, K part), each an fp32 part in this rank's local parts
+                # buffer, its ready word raised (release) after a barrier of the consumer threads.
+                parts_base, part_flags = split_args[0].toint(), split_args[1].toint()
+                work_unit = bidx
+                while work_unit < num_tiles * splits:
+                    unit_tile = work_unit // splits
+                    k_first, k_count = self.split_k_range(work_unit - unit_tile * splits, splits)
+                    release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB,
+                                                              mainloop_pipeline, read_state, release_state,
+                                                              num_k_blocks, k_count)
+                    self.store_part(accumulators, parts_base + Int64(work_unit) * self.part_bytes, consumer_tidx)
+                    if cutlass.const_expr("unordered_part_signal" not in self.faults):
+                        self.epilog_barrier.arrive_and_wait()
                     if consumer_tidx == 0:
-                        self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, rank, epoch)
-                tiles_done += 1
-                tile_idx += gdim
+                        ptx.st_release_sys_u32(part_flags + Int64(work_unit) * 4, epoch)
+                    work_unit += gdim
+                # Phase 2: per tile, its parts summed in part order, stored as this rank's bf16 partial through
+                # the same epilogue, its owners signalled as above.
+                while tile_idx < num_tiles:
+                    m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
+                    if consumer_tidx == 0:
+                        for p in range(splits):
+                            self.spin_until(part_flags + Int64(tile_idx * splits + p) * 4, epoch, False)
+                    self.epilog_barrier.arrive_and_wait()
+                    self.sum_parts(accumulators, parts_base + Int64(tile_idx * splits) * self.part_bytes, splits,
+                                   consumer_tidx)
+                    self.epilogue(tiled_mma, accumulators, tma_atom_c, sC, gC[(None, None, m_tile, n_tile)],
+                                  tma_store_pipeline, consumer_tidx, warp_idx, tiles_done)
+                    if cutlass.const_expr(W > 1):
+                        self.publish_tile(warp_idx, consumer_tidx, flag_ptrs, m_tile, n_tile, m, shard, slots,
+                                          rank, epoch)
+                    tiles_done += 1
+                    tile_idx += gdim
             tma_store_pipeline.producer_tail()
 
             # --- reduction of this rank's shard: rows [r*S, min(r*S+S, M)) ---------------------------
-            reduce_owner = rank
-            red_flags = my_flags
-            if cutlass.const_expr("wrong_owner" in self.faults):
-                reduce_owner = (rank + 1) % W
-                red_flags = self.peer_addr(flag_ptrs, reduce_owner)
-            row_begin = shard * reduce_owner
-            row_end = cutlass.min(row_begin + shard, m)
-            if row_begin < row_end:
-                bm, bn = self.tile_shape_mnk[0], self.tile_shape_mnk[1]
-                mt0 = row_begin // bm
-                units = ((row_end - 1) // bm - mt0 + 1) * self.num_n_tiles
-                out_base = out_ptr.toint()
-                unit = bidx
-                while unit < units:
-                    rm_tile = mt0 + unit // self.num_n_tiles
-                    rn_tile = unit - (unit // self.num_n_tiles) * self.num_n_tiles
-                    if consumer_tidx == 0:
-                        rslot = Int64(rm_tile * self.num_n_tiles + rn_tile)
-                        for src in cutlass.range_constexpr(W):
-                            rword = Int64(READY_BASE) + Int64(src) * Int64(slots) + rslot
-                            self.spin_until(red_flags + rword * 4, epoch, False)
-                    self.epilog_barrier.arrive_and_wait()
-                    lo = cutlass.max(rm_tile * bm, row_begin)
-                    hi = cutlass.min(rm_tile * bm + bm, row_end)
-                    col0 = rn_tile * bn
-                    total = (hi - lo) * self.vec_per_row
-                    v = consumer_tidx
-                    while v < total:
-                        row = lo + v // self.vec_per_row
-                        col = col0 + (v - (v // self.vec_per_row) * self.vec_per_row) * 8
-                        if col < self.N:
-                            elem = (Int64(row) * Int64(self.N) + Int64(col)) * 2
-                            # fixed rank order 0..W-1, fp32: bitwise repeatable
-                            acc = ptx.ld_bf16x8_as_f32(partial_ptrs[0].toint() + elem)
-                            for p in cutlass.range_constexpr(1, self.peers_summed):
-                                part = ptx.ld_bf16x8_as_f32(partial_ptrs[p].toint() + elem)
-                                for j in cutlass.range_constexpr(8):
-                                    acc[j] = acc[j] + part[j]
-                            out_elem = (Int64(row - row_begin) * Int64(self.N) + Int64(col)) * 2
-                            ptx.st_f32x8_as_bf16(out_base + out_elem, acc)
-                        v += self.num_mma_threads
-                    unit += gdim
+            # (W == 1, a split-K GEMM: the partial is the result, stored into out by the epilogue)
+            if cutlass.const_expr(W > 1):
+                reduce_owner = rank
+                red_flags = my_flags
+                if cutlass.const_expr("wrong_owner" in self.faults):
+                    reduce_owner = (rank + 1) % W
+                    red_flags = self.peer_addr(flag_ptrs, reduce_owner)
+                row_begin = shard * reduce_owner
+                row_end = cutlass.min(row_begin + shard, m)
+                if row_begin < row_end:
+                    bm, bn = self.tile_shape_mnk[0], self.tile_shape_mnk[1]
+                    mt0 = row_begin // bm
+                    units = ((row_end - 1) // bm - mt0 + 1) * self.num_n_tiles
+                    out_base = out_ptr.toint()
+                    unit = bidx
+                    while unit < units:
+                        rm_tile = mt0 + unit // self.num_n_tiles
+                        rn_tile = unit - (unit // self.num_n_tiles) * self.num_n_tiles
+                        if consumer_tidx == 0:
+                            rslot = Int64(rm_tile * self.num_n_tiles + rn_tile)
+                            for src in cutlass.range_constexpr(W):
+                                rword = Int64(READY_BASE) + Int64(src) * Int64(slots) + rslot
+                                self.spin_until(red_flags + rword * 4, epoch, False)
+                        self.epilog_barrier.arrive_and_wait()
+                        lo = cutlass.max(rm_tile * bm, row_begin)
+                        hi = cutlass.min(rm_tile * bm + bm, row_end)
+                        col0 = rn_tile * bn
+                        total = (hi - lo) * self.vec_per_row
+                        v = consumer_tidx
+                        while v < total:
+                            row = lo + v // self.vec_per_row
+                            col = col0 + (v - (v // self.vec_per_row) * self.vec_per_row) * 8
+                            if col < self.N:
+                                elem = (Int64(row) * Int64(self.N) + Int64(col)) * 2
+                                # fixed rank order 0..W-1, fp32: bitwise repeatable
+                                acc = ptx.ld_bf16x8_as_f32(partial_ptrs[0].toint() + elem)
+                                for p in cutlass.range_constexpr(1, self.peers_summed):
+                                    part = ptx.ld_bf16x8_as_f32(partial_ptrs[p].toint() + elem)
+                                    for j in cutlass.range_constexpr(8):
+                                        acc[j] = acc[j] + part[j]
+                                out_elem = (Int64(row - row_begin) * Int64(self.N) + Int64(col)) * 2
+                                ptx.st_f32x8_as_bf16(out_base + out_elem, acc)
+                            v += self.num_mma_threads
+                        unit += gdim
 
             if cutlass.const_expr("padding_written" in self.faults):
                 # out rows [n_valid, S): the padding rows the contract says stay untouched

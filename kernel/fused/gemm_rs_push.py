@@ -176,6 +176,8 @@ class HopperGemmRsPushBF16(CrossRankGemm):
 
     def __init__(self, *args, order: str = "interleaved", experiment: str = "", **kwargs):
         super().__init__(*args, **kwargs)
+        if self.config.split_k:
+            raise ValueError("split-K is a pull-protocol build (the push kernel pushes whole-K partial tiles)")
         check_push_build(order, experiment)
         if experiment and experiment not in KERNEL_EXPERIMENTS:
             raise ValueError(f"push experiment {experiment!r} is not a kernel build (the wrapper's)")

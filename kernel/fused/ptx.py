@@ -11,7 +11,9 @@ says what the design record (:mod:`kernel.fused.gemm_rs`) claims:
 * ``st.global.v4.b32`` -- 8 bf16 results into ``out``;
 * ``ld.global.cg.b32`` (predicated) -- two bf16 inbox partials (push protocol);
 * ``cvt.rn.bf16x2.f32`` -- two accumulators rounded to their bf16 partials (push protocol);
-* ``add.rn.f32`` of bf16 widened by ``shl``/``and`` -- the rank-order sum (push protocol).
+* ``add.rn.f32`` of bf16 widened by ``shl``/``and`` -- the rank-order sum (push protocol);
+* ``st.global.v4.f32`` / ``ld.global.cg.v4.f32`` -- a split-K build's fp32 K parts, stored by the unit that
+  computed them and read (L2 only) by the CTA that sums them.
 
 No ``multimem`` instruction anywhere. Addresses are ``Int64`` byte addresses (``ptr.toint()`` + offset).
 """
@@ -186,6 +188,38 @@ def add_bf16x2(acc_lo, acc_hi, pair, *, loc=None, ip=None) -> tuple:
             Float32(llvm.extractvalue(T.f32(), res, [1], loc=loc, ip=ip)))
 
 
+@dsl_user_op
+def st_f32x4(addr, vals, *, loc=None, ip=None) -> None:
+    """4 Float32 -> one 16-byte store at ``addr`` (a split-K part, bit-exact)."""
+    operands = [_i64(addr, loc, ip)] + [Float32(v).ir_value(loc=loc, ip=ip) for v in vals]
+    llvm.inline_asm(None, operands, "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f",
+                    has_side_effects=True, asm_dialect=0, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def ld_f32x4_cg(addr, *, loc=None, ip=None) -> list:
+    """The 4 Float32 at ``addr`` (16 bytes), cached in L2 only: a part another CTA stored in this call, read after
+    an acquire of its ready word; an L1 line of an earlier call can never serve it."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4), [_i64(addr, loc, ip)],
+        "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l",
+        has_side_effects=True, asm_dialect=0, loc=loc, ip=ip,
+    )
+    return [Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+@dsl_user_op
+def round_to_bf16(v, *, loc=None, ip=None) -> Float32:
+    """``v`` rounded to bf16 (nearest even) and widened back: the ``bf16_parts`` fault build only."""
+    return Float32(
+        llvm.inline_asm(
+            T.f32(), [Float32(v).ir_value(loc=loc, ip=ip)],
+            "{\n\t.reg .b16 h;\n\tcvt.rn.bf16.f32 h, $1;\n\tcvt.f32.bf16 $0, h;\n\t}", "=f,f",
+            has_side_effects=False, asm_dialect=0, loc=loc, ip=ip,
+        )
+    )
+
+
 __all__ = [
     "atom_add_acq_rel_gpu_u32",
     "globaltimer_ns",
@@ -193,9 +227,12 @@ __all__ = [
     "add_bf16x2",
     "ld_b32_if",
     "ld_bf16x8_as_f32",
+    "ld_f32x4_cg",
     "ld_relaxed_gpu_u32",
     "nanosleep",
     "pack_bf16x2",
+    "round_to_bf16",
+    "st_f32x4",
     "st_f32x8_as_bf16",
     "st_relaxed_gpu_u32",
     "st_relaxed_sys_u32",

@@ -59,8 +59,9 @@ class CrossRankGemm(HopperGemmBF16):
     def __init__(self, N: int, K: int, config: GemmConfig, world_size: int, rank: int | None = None,
                  spin_timeout_s: float = SPIN_TIMEOUT_S, faults=()):
         super().__init__(N, K, config)
-        if not 2 <= world_size <= MAX_WORLD_SIZE:
-            raise ValueError(f"world_size must be in 2..{MAX_WORLD_SIZE}, got {world_size}")
+        lowest = 1 if config.split_k else 2  # W == 1: the split-K GEMM (its parts need the flags and epoch)
+        if not lowest <= world_size <= MAX_WORLD_SIZE:
+            raise ValueError(f"world_size must be in {lowest}..{MAX_WORLD_SIZE}, got {world_size}")
         if rank is not None and not 0 <= rank < world_size:  # the rank itself is a launch argument
             raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
         self.world_size = int(world_size)

@@ -16,11 +16,20 @@ and B k-tiles, from L2): at small M the loads dominate, so a tile's time is far 
 128x224 tiles fits). The estimate is the largest of: waves x tile MMA time, all tiles' bytes over the L2
 bandwidth, waves x tile bytes over one SM's load bandwidth. K scales every term, so it does not enter the
 choice.
+
+Split-K (pull and the W = 1 GEMM; configs with ``split_k``): where the M x N tiles are too few to fill the SMs
+(M <= :data:`kernel.fused.config.SPLIT_K_MAX_M`), a config may cut K into P parts (P in
+:data:`kernel.fused.config.SPLIT_K_CHOICES`, at most K's k-tiles): P times the work units, each 1/P of the MMA
+and load time, the same L2 bytes in all, plus the parts' phase (:func:`split_phase_time`: each unit's fp32 part
+stored, P parts per tile read back and summed by one CTA, one more wait). That phase does not scale with K, so
+K enters the choice of split configs (:func:`pick_config`, :func:`pick_splits`), and only theirs.
 """
 
 from __future__ import annotations
 
-from .config import PUSH_EPI_STAGES, GemmConfig
+from dataclasses import replace
+
+from .config import K_TILE, PUSH_EPI_STAGES, SPLIT_K_CHOICES, SPLIT_K_MAX_M, GemmConfig
 
 #: Per-SM MMA throughput the cost model assumes (FLOP/s): two consumer warpgroups, and one (a 64-row tile).
 SM_FLOPS_TWO_WARPGROUPS = 5.8e12
@@ -29,14 +38,25 @@ SM_FLOPS_ONE_WARPGROUP = 4.6e12
 #: first H200 run; ``bench/bench_gemm.py --all-tiles`` measures every config to refit them).
 SM_LOAD_BYTES_S = 120e9
 L2_BYTES_S = 8.5e12
+#: One SM's bandwidth for the split-K parts (plain 16-byte stores and L2 loads; bytes/s) and the fixed cost of
+#: the parts' phase (one more cross-CTA wait, the fragment reloaded; s). Fitted to the first split-K run
+#: (one H200, 2026-12-01, ``bench/bench_gemm.py --protocol pull --all-tiles``, M = 64 .. 512, N = 7168 and 8192,
+#: K = 2048 and 14336): any value in 20-30 GB/s with 0-4 us picks a config within 1% of the best measured on
+#: average (the first guess, 150 GB/s and 2 us, lost 10%: it split at K = 2048 and at M <= 128, where the
+#: measurements say not to). The phase is that slow because one CTA per tile reads all P parts back.
+SM_PART_BYTES_S = 25e9
+SPLIT_PHASE_S = 2e-6
 
 
 def kernel_configs(protocol: str, sm_count: int, epi_stages: int | None = None) -> tuple[GemmConfig, ...]:
     """The tile configs an instance compiles, largest first. ``epi_stages`` overrides the configs'
     epilogue ring (the ``ring4`` measurement build)."""
     epi = epi_stages if epi_stages is not None else PUSH_EPI_STAGES if protocol == "push" else GemmConfig.epi_stages
-    return (GemmConfig(sm_count=sm_count, epi_stages=epi), GemmConfig(tile_n=224, sm_count=sm_count, epi_stages=epi),
-            GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=128, sm_count=sm_count, epi_stages=epi))
+    big, wide = GemmConfig(sm_count=sm_count, epi_stages=epi), GemmConfig(tile_n=224, sm_count=sm_count, epi_stages=epi)
+    small = GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=128, sm_count=sm_count, epi_stages=epi)
+    if protocol == "pull":  # the split-K builds: pull and the W = 1 GEMM (the smallest tiles stay last)
+        return big, wide, replace(big, split_k=True), replace(wide, split_k=True), small
+    return big, wide, small
 
 
 def tile_count(config: GemmConfig, M: int, N: int, world_size: int, shard_local: bool) -> int:
@@ -46,22 +66,73 @@ def tile_count(config: GemmConfig, M: int, N: int, world_size: int, shard_local:
     return shards * -(-rows // config.tile_m) * -(-N // config.tile_n)
 
 
-def estimated_time(config: GemmConfig, M: int, N: int, world_size: int, shard_local: bool) -> float:
-    """Seconds per unit of K of one call's GEMM with ``config`` (the cost model of both protocols)."""
+def estimated_time(config: GemmConfig, M: int, N: int, world_size: int, shard_local: bool, splits: int = 1,
+                   K: int | None = None) -> float:
+    """Seconds per unit of K of one call's GEMM with ``config`` (the cost model of both protocols); with
+    ``splits`` > 1 (a split-K config) K parts, whose phase :func:`split_phase_time` is spread over ``K``."""
     tiles = tile_count(config, M, N, world_size, shard_local)
-    waves = -(-tiles // config.sm_count)
+    waves = -(-tiles * splits // config.sm_count)
     flops = SM_FLOPS_TWO_WARPGROUPS if config.consumer_warpgroups == 2 else SM_FLOPS_ONE_WARPGROUP
     tile_bytes = 2 * (config.tile_m + config.tile_n)
-    return max(waves * 2 * config.tile_m * config.tile_n / flops, tiles * tile_bytes / L2_BYTES_S,
-               waves * tile_bytes / SM_LOAD_BYTES_S)
+    gemm = max(waves * 2 * config.tile_m * config.tile_n / flops / splits, tiles * tile_bytes / L2_BYTES_S,
+               waves * tile_bytes / SM_LOAD_BYTES_S / splits)
+    if splits == 1:
+        return gemm
+    if K is None:
+        raise ValueError("a split-K estimate needs K (its parts' phase does not scale with K)")
+    return gemm + split_phase_time(config, tiles, splits) / K
 
 
-def pick_config(configs: tuple[GemmConfig, ...], M: int, N: int, world_size: int, protocol: str) -> int:
+def split_phase_time(config: GemmConfig, tiles: int, splits: int) -> float:
+    """Seconds of a split-K call's parts: every unit stores an fp32 tile, every tile's CTA reads ``splits`` of
+    them back (per SM: a wave of each; in all: the L2 traffic), and one more wait."""
+    part = config.tile_m * config.tile_n * 4
+    waves = -(-tiles * splits // config.sm_count) + -(-tiles // config.sm_count) * splits
+    return max(waves * part / SM_PART_BYTES_S, 2 * tiles * splits * part / L2_BYTES_S) + SPLIT_PHASE_S
+
+
+def pick_splits(config: GemmConfig, M: int, N: int, K: int | None, world_size: int) -> int:
+    """The K parts a call with M rows uses with ``config``: 1 for any config but split-K's, else the choice of
+    :data:`kernel.fused.config.SPLIT_K_CHOICES` (at most K's k-tiles) with the least estimate (the first of equal
+    ones); 0 where a split-K config must not run (M > SPLIT_K_MAX_M, K unknown or one k-tile)."""
+    if not config.split_k:
+        return 1
+    choices = [p for p in SPLIT_K_CHOICES if K is not None and p <= K // K_TILE]
+    if M > SPLIT_K_MAX_M or not choices:
+        return 0
+    times = [estimated_time(config, M, N, world_size, False, p, K) for p in choices]
+    return choices[times.index(min(times))]
+
+
+def pick_config(configs: tuple[GemmConfig, ...], M: int, N: int, world_size: int, protocol: str,
+                K: int | None = None) -> int:
     """Index into ``configs`` (:func:`kernel_configs`) of the config a call with M rows uses (the first of
-    equal estimates). Push tiles shard by shard (W > 1), pull over the whole M x N."""
+    equal estimates). Push tiles shard by shard (W > 1), pull over the whole M x N; split-K configs only with K
+    (:func:`pick_splits`)."""
     shard_local = protocol == "push" and world_size > 1
-    times = [estimated_time(c, M, N, world_size, shard_local) for c in configs]
+    times = []
+    for c in configs:
+        splits = pick_splits(c, M, N, K, world_size)
+        times.append(float("inf") if splits == 0 else estimated_time(c, M, N, world_size, shard_local, splits, K))
     return times.index(min(times))
 
 
-__all__ = ["estimated_time", "kernel_configs", "pick_config", "tile_count"]
+def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, world_size: int,
+                    protocol: str) -> tuple[int, int]:
+    """``(bytes of fp32 parts, part ready words)`` the split-K calls of an instance may need: the most over every
+    split-K config and every M <= min(max_M, SPLIT_K_MAX_M) with the K parts :func:`pick_splits` gives it -- not
+    only the config a call picks, so that a launch forcing a config (``bench/bench_gemm.py --all-tiles``) fits
+    too. (0, 0) when ``protocol`` has no split-K config or K one k-tile."""
+    need_bytes = need_units = 0
+    for c in configs:
+        if not c.split_k or protocol != "pull":
+            continue
+        for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1):
+            units = tile_count(c, M, N, world_size, False) * pick_splits(c, M, N, K, world_size)
+            need_units = max(need_units, units)
+            need_bytes = max(need_bytes, units * c.tile_m * c.tile_n * 4)
+    return need_bytes, need_units
+
+
+__all__ = ["estimated_time", "kernel_configs", "pick_config", "pick_splits", "split_phase_time", "split_workspace",
+           "tile_count"]

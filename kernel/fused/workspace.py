@@ -165,6 +165,35 @@ class WorkspaceLayout:
         self.total = self.guard_b + GUARD_BYTES
 
 
+class SplitParts:
+    """One rank's split-K buffers, in plain device memory (only this rank's kernel reads them; not symmetric):
+    ``parts`` -- the fp32 K parts of up to ``units`` work units (``part_bytes`` in all), then ``guard`` (a red zone,
+    fixed pattern, never written); ``ready`` -- a u32 word per unit, the epoch in which its part was stored
+    (compared for equality, so words of earlier calls, or zeros, never satisfy a wait); at W == 1 also ``flags``,
+    the epoch / finished / done words a split-K GEMM keeps (W > 1: those of the symmetric workspace)."""
+
+    def __init__(self, part_bytes: int, units: int, device: torch.device, own_flags: bool):
+        self.capacity_bytes, self.capacity_units = int(part_bytes), int(units)
+        self.buf = torch.zeros(_round_up(part_bytes) + GUARD_BYTES, dtype=torch.uint8, device=device)
+        self.parts = self.buf[:part_bytes]
+        self.guard = self.buf[_round_up(part_bytes):].view(torch.int16)
+        self.guard_expected = guard_words(self.guard.numel(), device, salt=3)
+        self.guard.copy_(self.guard_expected)
+        self.ready = torch.zeros(max(units, 1), dtype=torch.int32, device=device)
+        self.flags = torch.zeros(READY_BASE, dtype=torch.int32, device=device) if own_flags else None
+
+    def check_fits(self, units: int, unit_bytes: int) -> None:
+        """``ValueError`` unless ``units`` work units of ``unit_bytes`` fit (never a write past the parts)."""
+        if units > self.capacity_units or units * unit_bytes > self.capacity_bytes:
+            raise ValueError(f"split-K call of {units} units x {unit_bytes} bytes exceeds the parts workspace "
+                             f"({self.capacity_units} units, {self.capacity_bytes} bytes)")
+
+    def close(self) -> None:
+        for name, value in list(vars(self).items()):
+            if isinstance(value, torch.Tensor):
+                setattr(self, name, None)
+
+
 class SymmetricWorkspace:
     """One rank's symmetric buffer plus the peer pointers of every rank's buffer."""
 
@@ -226,6 +255,7 @@ __all__ = [
     "FINISHED_WORD",
     "GUARD_BYTES",
     "READY_BASE",
+    "SplitParts",
     "SymmetricWorkspace",
     "WorkspaceLayout",
     "device_id",

@@ -49,7 +49,7 @@ import torch
 
 from ..checks import ALIGN_BYTES
 from ..errors import FusedPathUnavailable
-from ..interface import Eligibility, GemmRsImplementation
+from ..interface import Eligibility, GemmRsImplementation, KernelPath
 from .config import (
     DEFAULT_PROTOCOL,
     DONE_BASE,
@@ -61,6 +61,7 @@ from .config import (
     PUSH_ORDERS,
     READY_BASE,
     SPIN_TIMEOUT_S,
+    SPLIT_K_FAULTS,
     SUPPORTED_CAPABILITY,
     check_protocol,
     check_push_build,
@@ -136,6 +137,14 @@ def check_weight(weight, N: int, K: int, device: torch.device) -> str | None:
     return None
 
 
+#: Where :meth:`FusedGemmRs.declared_paths` looks for a call of each tile config: (N, K) shapes and row counts,
+#: cheapest first. The long-K ones are the smallest weights (24-41 MiB) whose calls take each split-K config and
+#: number of K parts (a first choice of 8192 x 8192 weights took 8-9 GiB per rank with the fp64 truth: W = 16 ran
+#: a GPU out of memory).
+PATH_SHAPES = ((512, 256), (3584, 3584), (4096, 4608), (3072, 5632), (2560, 6656), (1536, 13824))
+PATH_MS = (1, 64, 129, 255, 256, 257, 384, 448, 511, 1000, 2048, 4096, 8192)
+
+
 class FusedGemmRs(GemmRsImplementation):
     """The fused CuTe DSL implementation: GEMM at W == 1, GEMM + reduce-scatter at W in (2, 4, 8, 16)."""
 
@@ -191,6 +200,9 @@ class FusedGemmRs(GemmRsImplementation):
         self._tile_configs = {}  # protocol -> its tile configs (kernel_protocols())
         self._compiled = None  # protocol -> one compiled kernel per tile config, for every M and rank
         self._workspace = None
+        self._split = None  # split-K parts (kernel.fused.workspace.SplitParts), where a split-K config can run
+        self._choices = {}  # M -> (protocol, tile config index): fixed at construction, so worked out once per M
+        self._split_choices = {}  # (config index, M) -> the split-K launch's (parts, ready words, K parts)
         self._slots = 0
         self._fallback = None
         self._config_reason = self._config_ineligibility()
@@ -209,6 +221,7 @@ class FusedGemmRs(GemmRsImplementation):
             if self.world_size > 1:
                 self._allocate_workspace()
                 self._choose_push_order()
+            self._allocate_split_parts()
             self._compile()
         elif not self.force_fused:
             self._fallback_impl()  # built now: a later call may be under CUDA-graph capture
@@ -246,6 +259,30 @@ class FusedGemmRs(GemmRsImplementation):
         reason = (f"N={N}, K={K}: both must be >= 1" if N < 1 or K < 1 else None) or check_dims(N, K)
         return Eligibility(reason is None, reason or "")
 
+    @classmethod
+    def declared_paths(cls, world_size: int) -> tuple:
+        """One call per tile config of the class's protocol (``auto``: of the default one) at ``world_size``, as
+        :func:`kernel.fused.tiles.pick_config` chooses on a 132-SM GPU (H100 SXM, H200): the largest, the
+        224-wide, the split-K ones (one path per number of K parts: the k-tile ranges differ; replayed in a
+        graph too: their part ready words are epoch-flagged device state of their own) and the 64-row tiles, each
+        found in :data:`PATH_SHAPES` x :data:`PATH_MS`. Empty for a group size the kernel does not support."""
+        from .config import GemmConfig
+        from .tiles import kernel_configs, pick_config, pick_splits
+
+        if check_world_size(world_size) is not None:
+            return ()
+        protocol = DEFAULT_PROTOCOL if cls.protocol == "auto" else cls.protocol
+        configs = kernel_configs(protocol, GemmConfig.sm_count)
+        found = {}
+        for N, K in PATH_SHAPES:
+            for M in PATH_MS:
+                i = pick_config(configs, M, N, world_size, protocol, K)
+                c = configs[i]
+                parts = f" split-K P={pick_splits(c, M, N, K, world_size)}" if c.split_k else ""
+                found.setdefault((i, parts), KernelPath(f"{protocol} {c.tile_m}x{c.tile_n}{parts}", N, K, M,
+                                                        replay=c.split_k))
+        return tuple(found[key] for key in sorted(found))
+
     def can_run(self, weight: torch.Tensor) -> Eligibility:
         """Whether the fused kernel supports ``weight`` and the group here; the reason when not."""
         reason = self._config_reason or check_weight(weight, self.N, self.K, self.device)
@@ -269,19 +306,51 @@ class FusedGemmRs(GemmRsImplementation):
         return out
 
     def _launch(self, x, w, out, M) -> None:
+        choice = self._choices.get(M)
+        if choice is None:  # a pure function of M: worked out once per M (the cost model is ~50 us of Python)
+            protocol = self.call_protocol(M)
+            choice = self._choices[M] = (protocol, self.tile_config_index(M))
+        self.launch_config(*choice, x, w, out, M)
+
+    def launch_config(self, protocol: str, index: int, x, w, out, M: int) -> None:
+        """Queue the kernel of ``tile_configs(protocol)[index]`` for a call with M rows (no checks of x, w, out:
+        the caller's; ``_launch`` passes the config the call picks, ``bench/bench_gemm.py --all-tiles`` forces
+        each). A split-K config takes the K parts :func:`kernel.fused.tiles.pick_splits` gives it at M; where it
+        gives none, or the parts workspace is too small, ``ValueError`` before anything is queued."""
         import cuda.bindings.driver as cuda
 
-        compiled = self._compiled[self.call_protocol(M)][self.tile_config_index(M)]
+        compiled = self._compiled[protocol][index]
+        config = self.tile_configs(protocol)[index]
+        split = None
+        if config.split_k:
+            split = self._split_choices.get((index, M))
+            if split is None:
+                split = self._split_choices[(index, M)] = self._split_args(config, M)
         stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
         if self.world_size == 1:
-            compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), M, stream)
+            if split is None:
+                compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), M, stream)
+            else:  # the split-K GEMM: its partial is the result (out), its flags are the parts' own
+                compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), [out.data_ptr()],
+                                [self._split.flags.data_ptr()], M, 1, M, 0, stream, split)
             return
         ws = self._workspace
         partial_ptrs = ws.partial_ptrs
         if self.experiment == "local_push":  # every "peer's" inbox is our own: pushes at local speed
             partial_ptrs = [ws.partial_ptrs[self.rank]] * self.world_size
         compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), partial_ptrs, ws.flag_ptrs, M, self._slots,
-                        ws.layout.s_max, self.rank, stream)
+                        ws.layout.s_max, self.rank, stream, split)
+
+    def _split_args(self, config, M: int) -> tuple:
+        """``(parts, part ready words, P)`` of a split-K launch with ``config`` at M rows (checked to fit)."""
+        from .tiles import pick_splits, tile_count
+
+        splits = pick_splits(config, M, self.N, self.K, self.world_size)
+        if splits == 0 or self._split is None:
+            raise ValueError(f"the split-K config {config.tile_m}x{config.tile_n} cannot run at M={M}, K={self.K}")
+        self._split.check_fits(tile_count(config, M, self.N, self.world_size, False) * splits,
+                               config.tile_m * config.tile_n * 4)
+        return self._split.parts.data_ptr(), self._split.ready.data_ptr(), splits
 
     def kernel_protocols(self) -> tuple:
         """The protocols of the kernels this instance compiles (:meth:`ProtocolPlan.kernel_protocols`)."""
@@ -300,7 +369,7 @@ class FusedGemmRs(GemmRsImplementation):
         from .tiles import pick_config
 
         protocol = self.call_protocol(M)
-        return pick_config(self.tile_configs(protocol), M, self.N, self.world_size, protocol)
+        return pick_config(self.tile_configs(protocol), M, self.N, self.world_size, protocol, self.K)
 
     def uses_small_tiles(self, M: int) -> bool:
         """Whether a call with M rows uses the smallest tiles (the small-M config)."""
@@ -335,7 +404,11 @@ class FusedGemmRs(GemmRsImplementation):
             for protocol in self.kernel_protocols():
                 configs = self.tile_configs(protocol)
                 if self.world_size == 1:
-                    build = lambda c: get_compiled(self.N, self.K, c)  # noqa: E731
+                    # the plain GEMM, or the split-K GEMM (a pull kernel of one rank, its split-K faults only)
+                    split_faults = frozenset(f for f in self._faults if f in SPLIT_K_FAULTS)
+                    build = lambda c, fs=split_faults: (  # noqa: E731
+                        get_compiled_rs(self.N, self.K, c, 1, spin_timeout_s=SPIN_TIMEOUT_S, faults=fs)
+                        if c.split_k else get_compiled(self.N, self.K, c))
                 else:
                     push = protocol == "push"
                     build = lambda c, p=protocol, push=push: get_compiled_rs(  # noqa: E731
@@ -344,7 +417,9 @@ class FusedGemmRs(GemmRsImplementation):
                         experiment=self.experiment if self.experiment == "no_mma" else "")
                 n = len(configs)
                 start = self.rank % n
-                built = {i % n: build(configs[i % n]) for i in range(start, start + n)}
+                # a split-K config no call of this instance can pick (no parts workspace) is not compiled
+                built = {i % n: build(configs[i % n]) if self._split is not None or not configs[i % n].split_k
+                         else None for i in range(start, start + n)}
                 compiled[protocol] = tuple(built[i] for i in range(n))
             self._compiled = compiled
         return self._compiled
@@ -360,6 +435,19 @@ class FusedGemmRs(GemmRsImplementation):
             self.push_order = self._push_order_request
         else:
             self.push_order = "push_first" if self._workspace.ranks_share_a_gpu() else "interleaved"
+
+    def _allocate_split_parts(self) -> None:
+        """The split-K parts workspace (local memory), if a split-K config of the pull protocol can run at some
+        M <= max_M for this (N, K) (:func:`kernel.fused.tiles.split_workspace`)."""
+        if "pull" not in self.kernel_protocols():
+            return
+        from .tiles import split_workspace
+        from .workspace import SplitParts
+
+        part_bytes, units = split_workspace(self.tile_configs("pull"), self.max_M, self.N, self.K, self.world_size,
+                                            "pull")
+        if units:
+            self._split = SplitParts(part_bytes, units, self.device, own_flags=self.world_size == 1)
 
     def _allocate_workspace(self) -> None:
         from .workspace import SymmetricWorkspace, WorkspaceLayout, tile_slots
@@ -390,7 +478,10 @@ class FusedGemmRs(GemmRsImplementation):
         ready words and the own inbox slot (peers push into the other slots). The other words and slots of
         its area are written by *peers* whenever their calls run (a peer may already be in its next call
         while this rank checks a rejected one), so they are not state this rank's call controls."""
-        ws = self._workspace
+        ws, sp = self._workspace, self._split
+        if ws is None and sp is None:
+            return self._fallback.state_tensors() if self._fallback is not None else {}
+        state = {}
         if ws is not None:
             f, r, slots, s_max = ws.flags, self.rank, self._slots, ws.layout.s_max
             protocols = set(self.kernel_protocols())
@@ -404,21 +495,24 @@ class FusedGemmRs(GemmRsImplementation):
                 state["partials"] = ws.partials
             else:
                 state["inbox: own slot"] = ws.partials[r * s_max : (r + 1) * s_max]
-            return state
-        if self._fallback is not None:
-            return self._fallback.state_tensors()
-        return {}
+        if sp is not None:  # split-K: local buffers only this rank's kernel writes
+            state["split-K parts"] = sp.parts
+            state["split-K part ready words"] = sp.ready
+            if sp.flags is not None:
+                state["split-K flags (W = 1)"] = sp.flags
+        return state
 
     def guard_regions(self):
-        ws = self._workspace
+        ws, sp = self._workspace, self._split
+        if ws is None and sp is None:
+            return self._fallback.guard_regions() if self._fallback is not None else {}
+        regions = {}
         if ws is not None:
-            return {
-                "after partials": (ws.guard_a, ws.guard_a_expected),
-                "after flags": (ws.guard_b, ws.guard_b_expected),
-            }
-        if self._fallback is not None:
-            return self._fallback.guard_regions()
-        return {}
+            regions["after partials"] = (ws.guard_a, ws.guard_a_expected)
+            regions["after flags"] = (ws.guard_b, ws.guard_b_expected)
+        if sp is not None:
+            regions["after split-K parts"] = (sp.guard, sp.guard_expected)
+        return regions
 
     def describe(self) -> dict:
         d = super().describe()
@@ -431,8 +525,10 @@ class FusedGemmRs(GemmRsImplementation):
             d.update(experiment=self.experiment)
         if self._faults:
             d.update(faults=sorted(self._faults))
+        if self._split is not None:
+            d.update(split_k_parts_bytes=self._split.capacity_bytes)
         if self._compiled is not None:
-            kernels = [c for p in self._compiled for c in self._compiled[p]]
+            kernels = [c for p in self._compiled for c in self._compiled[p] if c is not None]
             d.update(compile_seconds=[c.seconds for c in kernels], kernel_origin=[c.origin for c in kernels])
         return d
 
@@ -450,6 +546,12 @@ class FusedGemmRs(GemmRsImplementation):
                 dist.barrier(group=self.group)
             self._workspace.close()
             self._workspace = None
+        if self._split is not None:
+            torch.cuda.synchronize(self.device)  # no queued kernel still writes the parts
+            self._split.close()
+            self._split = None
+        self._choices.clear()
+        self._split_choices.clear()
         self._compiled = None
 
 

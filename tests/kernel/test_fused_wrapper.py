@@ -172,15 +172,15 @@ def test_tile_choice_is_a_function_of_m_and_fills_the_sms():
     from kernel.fused.tiles import kernel_configs, pick_config, tile_count
 
     pull = kernel_configs("pull", 132)
-    assert [(c.tile_m, c.tile_n, c.consumer_warpgroups) for c in pull] == [(128, 256, 2), (128, 224, 2),
-                                                                          (64, 128, 1)]
+    assert [(c.tile_m, c.tile_n, c.consumer_warpgroups, c.split_k) for c in pull] == [
+        (128, 256, 2, False), (128, 224, 2, False), (128, 256, 2, True), (128, 224, 2, True), (64, 128, 1, False)]
     # pull tiles the whole M x N (W does not enter): 64-row tiles while 128-row ones leave SMs idle (M = 128:
     # 112 tiles, not 28), one wave of 128x224 at M = 256 .. 2048 for N = 7168 (2048: 512 tiles in 4 full waves,
-    # not 448 in 4 waves the last 39% full), 128x256 from 4096
+    # not 448 in 4 waves the last 39% full), 128x256 from 4096. Without K no split-K config is a candidate.
     chosen = {M: pick_config(pull, M, 7168, 2, "pull") for M in (1, 128, 256, 2048, 4096, 16384)}
-    assert chosen == {1: 2, 128: 2, 256: 1, 2048: 1, 4096: 0, 16384: 0}
+    assert chosen == {1: 4, 128: 4, 256: 1, 2048: 1, 4096: 0, 16384: 0}
     assert all(pick_config(pull, M, 7168, 16, "pull") == chosen[M] for M in chosen)
-    assert pick_config(pull, 1024, 8192, 2, "pull") == 0 and pick_config(pull, 1024, 512, 2, "pull") == 2
+    assert pick_config(pull, 1024, 8192, 2, "pull") == 0 and pick_config(pull, 1024, 512, 2, "pull") == 4
     push = kernel_configs("push", 132)
     assert [(c.tile_m, c.tile_n, c.consumer_warpgroups) for c in push] == [(128, 256, 2), (128, 224, 2),
                                                                           (64, 128, 1)]
@@ -192,6 +192,75 @@ def test_tile_choice_is_a_function_of_m_and_fills_the_sms():
     assert chosen == {128: 2, 256: 1, 2048: 1, 8192: 0}
     assert all(pick_config(push, M, 7168, 2, "push") == chosen[M] for M in chosen)  # deterministic
     assert pick_config(push, 8192, 8192, 2, "push") == 0  # 8192 = 32 x 256: no ragged 224-wide column
+
+
+def test_split_k_is_chosen_where_the_tiles_alone_leave_sms_idle_and_k_is_long():
+    """Split-K (pull, W = 1 too), where the first split-K run measured it fastest (one H200, 2026-12-01): 128x256
+    in 2 K parts at M = 192 and 256, N = 8192, K = 14336 (0.85x torch.mm at 256, the best unsplit config 0.67x),
+    128x224 in 2 parts at M = 256, N = 7168; not at M = 64 (the 64x128 tiles), not at K = 2048 (the parts' phase
+    costs more than the split saves); never above SPLIT_K_MAX_M, never with one k-tile, never for push."""
+    from kernel.fused.config import SPLIT_K_MAX_M
+    from kernel.fused.tiles import kernel_configs, pick_config, pick_splits, split_workspace
+
+    pull = kernel_configs("pull", 132)
+    for W in (1, 2, 16):
+        for M, N, K, expected in ((192, 8192, 14336, (256, True, 2)), (256, 8192, 14336, (256, True, 2)),
+                                  (256, 7168, 14336, (224, True, 2)), (64, 8192, 14336, (128, False, 1)),
+                                  (256, 7168, 2048, (224, False, 1)), (128, 8192, 2048, (128, False, 1))):
+            c = pull[pick_config(pull, M, N, W, "pull", K)]
+            assert (c.tile_n, c.split_k, pick_splits(c, M, N, K, W)) == expected, (M, N, K, W)
+    for M in (SPLIT_K_MAX_M + 1, 2048, 16384):
+        assert not pull[pick_config(pull, M, 8192, 2, "pull", 14336)].split_k
+        assert pick_splits(pull[2], M, 8192, 14336, 2) == 0
+    assert not any(pull[pick_config(pull, M, 8192, 2, "pull", 64)].split_k for M in range(1, 600, 7))
+    assert pick_splits(pull[2], 128, 8192, 64, 2) == 0 and pick_splits(pull[2], 128, 8192, 128, 2) == 2
+    assert pick_splits(pull[0], 128, 8192, 14336, 2) == 1  # not a split-K config
+    # the parts workspace covers every split-K config at every M up to the limit (a forced launch fits too)
+    part_bytes, units = split_workspace(pull, 8192, 8192, 14336, 2, "pull")
+    assert units >= 4 * 32 and part_bytes >= 4 * 32 * 128 * 256 * 4
+    assert split_workspace(pull, 100, 8192, 14336, 2, "pull")[1] < units  # sized by max_M
+    assert split_workspace(pull, 8192, 8192, 64, 2, "pull") == (0, 0)  # one k-tile: never split
+    assert split_workspace(kernel_configs("push", 132), 8192, 8192, 14336, 2, "push") == (0, 0)
+
+
+def test_declared_paths_cover_every_tile_config_and_each_split():
+    """The gate runs every declared path in every run (fuzz/test_gemm_rs.py::test_kernel_paths): for the fused
+    kernel each tile config of its protocol is among them, every split-K config with each K-part count the
+    path shapes reach, each path's call really picks its config, and the unfused implementation declares none."""
+    from kernel.fused.tiles import kernel_configs, pick_config, pick_splits
+    from kernel.unfused import UnfusedGemmRs
+
+    for cls, protocol in ((FusedGemmRs, "pull"), (FusedGemmRsPush, "push")):
+        configs = kernel_configs(protocol, 132)
+        for W in (1, 2, 4, 8, 16):
+            paths = cls.declared_paths(W)
+            picked = {pick_config(configs, p.M, p.N, W, protocol, p.K) for p in paths}
+            assert picked == set(range(len(configs))), (cls.__name__, W, paths)
+            for p in paths:
+                c = configs[pick_config(configs, p.M, p.N, W, protocol, p.K)]
+                assert p.label.startswith(f"{protocol} {c.tile_m}x{c.tile_n}")
+                assert ("split-K" in p.label) == c.split_k
+                if c.split_k:
+                    assert p.label.endswith(f"P={pick_splits(c, p.M, p.N, p.K, W)}")
+            assert len({p.label for p in paths}) == len(paths)
+    assert len([p for p in FusedGemmRs.declared_paths(2) if "split-K" in p.label]) >= 3  # P = 2 on both, P = 3
+    assert FusedGemmRs.declared_paths(3) == () and UnfusedGemmRs.declared_paths(2) == ()
+
+
+def test_split_parts_refuse_a_launch_past_their_capacity():
+    import torch
+
+    from kernel.fused.workspace import SplitParts
+
+    parts = SplitParts(4 * 1024, 4, torch.device("cpu"), own_flags=True)
+    parts.check_fits(4, 1024)
+    for units, unit_bytes in ((5, 1024), (4, 1025)):
+        with pytest.raises(ValueError, match="exceeds the parts workspace"):
+            parts.check_fits(units, unit_bytes)
+    assert parts.flags is not None and int(parts.ready.sum()) == 0
+    assert torch.equal(parts.guard, parts.guard_expected)
+    parts.close()
+    assert parts.parts is None
 
 
 def test_push_configs_have_the_deep_epilogue_ring_and_fit_in_shared_memory():
@@ -356,7 +425,9 @@ def on_hopper(fn):
 MAX_M = 4096
 MS = [1, 7, 64, 127, 128, 129, 255, 256, 1000, 1025, 4096]
 SHAPES = [(4096, 2048), (1000, 64)]  # (N, K): an aligned one, and ragged N with a single k-tile
-CASES = [(N, K, protocol) for protocol in ("pull", "push") for N, K in SHAPES]  # push: its tile configs
+#: pull (and so W = 1) also at a long K: split-K configs at M = 193 .. 512 (128x224 in 3 K parts at M = 255,
+#: 256, the first tested M that splits)
+CASES = [(N, K, protocol) for protocol in ("pull", "push") for N, K in SHAPES] + [(4096, 8192, "pull")]
 SENTINEL = -1234.0  # exactly representable in bf16
 
 
@@ -414,8 +485,13 @@ def test_fused_repeatable_and_alternating(gpu_impl):
 
 @on_hopper
 def test_largest_and_smallest_tile_configs_are_exercised(gpu_impl):
-    assert gpu_impl.uses_small_tiles(1)
-    assert gpu_impl.tile_config_index(4096) != gpu_impl.tile_config_index(1)
+    used = {gpu_impl.tile_config_index(M) for M in MS}
+    assert len(used) >= 2 and gpu_impl.tile_config_index(4096) != gpu_impl.tile_config_index(1)
+    split = {M for M in MS if gpu_impl.tile_configs()[gpu_impl.tile_config_index(M)].split_k}
+    if gpu_impl.protocol == "pull" and gpu_impl.K >= 8192:  # the split-K configs are among those the test runs
+        assert split and gpu_impl.describe()["split_k_parts_bytes"] > 0, split
+    else:
+        assert not split
 
 
 @on_hopper
