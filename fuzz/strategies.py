@@ -99,14 +99,16 @@ def declared_paths(impl: str, world_size: int) -> tuple:
 
 
 def path_cases(path, index: int) -> list[Case]:
-    """The cases of one declared kernel path (:func:`declared_paths`): a compute case calling it on cancellation,
-    exact and gaussian inputs with a call of another M in between (the 64-row tiles' M = 1, or 129), then, for a
-    path with device state of its own (``replay``), a graph of it replayed with inputs changed in place. Seeds
-    fixed per path: every run checks the same calls."""
+    """The cases of one declared kernel path (:func:`declared_paths`): a compute case calling it on gaussian,
+    cancellation and exact inputs with a call of another M in between (the 64-row tiles' M = 1, or 129), the
+    first call's tokens also computed inside a batch of that other M (batch invariance across the two paths, on
+    gaussian inputs: honoured or waived by the instance with its reason), then, for a path with device state of
+    its own (``replay``), a graph of it replayed with inputs changed in place. Seeds fixed per path: every run
+    checks the same calls."""
     max_M = max(path.M, 512)
     other = 1 if path.M > 1 else 129
-    cases = [Case("compute", 9000 + index, path.N, path.K, max_M, [path.M, other, path.M], "cancel", "guarded",
-                  repeat=2, kinds=["cancel", "exact", "gaussian"])]
+    cases = [Case("compute", 9000 + index, path.N, path.K, max_M, [path.M, other, path.M], "gaussian", "guarded",
+                  repeat=2, kinds=["gaussian", "cancel", "exact"], batch_m=other)]
     if path.replay:
         cases.append(Case("graph", 9100 + index, path.N, path.K, max_M, [path.M], "exact", "guarded", repeat=3))
     return cases

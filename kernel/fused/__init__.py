@@ -10,6 +10,6 @@ measured faster); on machines where the kernel cannot run it says why
 
 from __future__ import annotations
 
-from .wrapper import FusedGemmRs, FusedGemmRsAuto, FusedGemmRsPush, cutlass_available
+from .wrapper import FusedGemmRs, FusedGemmRsAuto, FusedGemmRsBatchInvariant, FusedGemmRsPush, cutlass_available
 
-__all__ = ["FusedGemmRs", "FusedGemmRsAuto", "FusedGemmRsPush", "cutlass_available"]
+__all__ = ["FusedGemmRs", "FusedGemmRsAuto", "FusedGemmRsBatchInvariant", "FusedGemmRsPush", "cutlass_available"]

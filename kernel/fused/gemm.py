@@ -53,7 +53,10 @@ No ``multimem.*`` instruction is emitted (no multicast, cluster 1x1).
 
 Configs used by the wrapper (:mod:`kernel.fused.tiles`, chosen per M by one cost model): 128x256x64,
 128x224x64 and 64x128x64 (one consumer warpgroup), for both protocols and the W == 1 GEMM (pull and W == 1 with
-the 4-deep epilogue ring, push with the deep one). Until the 7th session pull had 128x256 and 128x128.
+the 4-deep epilogue ring, push with the deep one). Until the 7th session pull had 128x256 and 128x128. Pull and
+the W == 1 GEMM also have split-K builds of 128x256 and 128x224 (:mod:`kernel.fused.gemm_rs`; ``produce`` and
+``mma_tile`` take a unit's k-tile range through ``splits`` / ``k_tiles``, and trace the unsplit loops unchanged
+without them).
 
 Shared by every kernel (this GEMM and both GEMM + reduce-scatter kernels): ``host_setup``, ``prologue``,
 the producer warp ``produce`` (tile order through ``k_tiles_of``), the consumer pipelines

@@ -63,6 +63,24 @@ st.release.sys (flag) -> ld.acquire.sys + bar.sync -> ld.global peer loads; read
 bar.sync + atom.acq_rel.gpu -> st.release.sys (done) -> ld.acquire.sys + proxy fence -> TMA overwrite.
 No ``multimem.*`` instruction, no multicast object.
 
+Split-K (configs with ``split_k``; design and measurements: docs/DESIGN-splitk.md). Where the M x N tiles alone
+leave SMs idle and K is long, the GEMM phase runs work units ``(tile, part)``, ``part < P`` (P a launch argument,
+clamped to the k-tiles; the k-tiles of part p are ``[p * kt / P, (p + 1) * kt / P)``), one CTA per unit up to the
+SM count. A unit's accumulators go *unrounded* (fp32) into this rank's local parts buffer (plain device memory,
+not symmetric: no peer reads it), in fragment order, ``st.global.v4.f32``; then a barrier of the consumer threads
+and ``st.release.sys`` of ``e`` into the unit's part ready word (local). Then each CTA takes tiles as the unsplit
+kernel does: its thread 0 spins ``ld.acquire.sys`` until the P ready words of the tile equal ``e``, a barrier, and
+every thread loads its own fragment's values of the P parts (``ld.global.cg.v4.f32``, L2 only) and adds them in
+part order 0..P-1 into its accumulators -- the bf16 partial is then stored and signalled exactly as above. So each
+rank still sends one bf16 partial per element (no extra NVLink traffic), rounded once from an fp32 sum (the
+contract's error model: a bf16 rounding per K part would not be, and the gate's ``cancel`` inputs show it), in a
+fixed order (bitwise repeatable). W == 1 (the split-K GEMM): the same kernel with one rank, its "partial" is
+``out``, no owner signals, no reduction; its epoch / finished / done words live with its parts (the wrapper's
+``SplitParts``). Deadlock freedom as above, one layer more: units wait on nothing cross-CTA, a tile's sum waits
+only on units of this call, the reduction only on sums; the grid is co-resident. Part ready words compare for
+equality with the device-side epoch, so graph replays and the previous call's words never satisfy a wait.
+The default build (no ``split_k``) traces none of it: its PTX is unchanged (pinned).
+
 Fault-injected builds (release gate, mutation meta-test). ``faults`` (pull names of
 :data:`kernel.fused.config.KERNEL_FAULTS`, part of the compile-cache key) plants one real bug class
 per name through ``cutlass.const_expr`` branches: with no fault the traced code is exactly the code
@@ -75,6 +93,8 @@ issued (no ``wait_group 0``, no proxy fence): the flag can be seen before the pa
 row at partial row ``W*S``, one past the padded partial (in guard A when ``S`` is ``S_max``).
 ``padding_written``: out's padding rows (``r*S + i >= M``) are stored (zeros).
 ``wrong_owner``: rank r reduces the shard of owner ``(r+1) % W`` (waiting on that owner's flags).
+Split-K builds only: ``dropped_part`` (the sum adds parts 0..P-2), ``bf16_parts`` (each part rounded to bf16
+before it is stored), ``unordered_part_signal`` (no barrier between the part stores and thread 0's ready word).
 """
 
 from __future__ import annotations

@@ -117,6 +117,14 @@ def pick_config(configs: tuple[GemmConfig, ...], M: int, N: int, world_size: int
     return times.index(min(times))
 
 
+def split_rows(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, world_size: int,
+               protocol: str) -> tuple[int, int] | None:
+    """``(first M, last M)`` of the calls M <= max_M that pick a split-K config, or None when none does."""
+    picked = [M for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1)
+              if configs[pick_config(configs, M, N, world_size, protocol, K)].split_k]
+    return (picked[0], picked[-1]) if picked else None
+
+
 def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, world_size: int,
                     protocol: str) -> tuple[int, int]:
     """``(bytes of fp32 parts, part ready words)`` the split-K calls of an instance may need: the most over every
@@ -134,5 +142,5 @@ def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int,
     return need_bytes, need_units
 
 
-__all__ = ["estimated_time", "kernel_configs", "pick_config", "pick_splits", "split_phase_time", "split_workspace",
-           "tile_count"]
+__all__ = ["estimated_time", "kernel_configs", "pick_config", "pick_splits", "split_phase_time", "split_rows",
+           "split_workspace", "tile_count"]

@@ -1,7 +1,10 @@
 """Host wrapper of the fused kernel: ``FusedGemmRs``, the implementation named ``"fused"``.
 
 W == 1: the fused operation *is* the GEMM (the shard is all M rows) and runs the CuTe DSL Hopper GEMM
-(:mod:`kernel.fused.gemm`). W in (2, 4, 8, 16): a fused GEMM + reduce-scatter kernel of the instance's
+(:mod:`kernel.fused.gemm`), or, where the cost model splits K (small M, long K), the pull kernel built for one
+rank with split-K (:mod:`kernel.fused.gemm_rs`; its fp32 parts, ready words and epoch in a local
+:class:`kernel.fused.workspace.SplitParts`, allocated at construction like the symmetric workspace). W in (2, 4,
+8, 16): a fused GEMM + reduce-scatter kernel of the instance's
 ``protocol`` -- ``"pull"`` (:mod:`kernel.fused.gemm_rs`, the default, proven on the GPU), ``"push"``
 (:mod:`kernel.fused.gemm_rs_push`, communication overlapped with the GEMM; :class:`FusedGemmRsPush`; its tile
 order is chosen at construction: ``push_first`` where ranks share a GPU, ``interleaved`` otherwise) or
@@ -157,6 +160,10 @@ class FusedGemmRs(GemmRsImplementation):
     faults: tuple = ()
     #: Cross-rank protocol of the W > 1 kernel (:data:`kernel.fused.config.PROTOCOLS`); ``protocol=`` overrides.
     protocol: str = DEFAULT_PROTOCOL
+    #: Batch invariance (a token's bits independent of M) kept at the cost of the split-K configs (never compiled
+    #: nor picked); False: split-K where the cost model says so, and the clause waived for the instances whose
+    #: calls can split (their M range named in the reason). ``batch_invariant=`` overrides.
+    batch_invariant: bool = False
 
     def __init__(
         self,
@@ -174,6 +181,7 @@ class FusedGemmRs(GemmRsImplementation):
         push_order=None,
         experiment="",
         protocol_by_m=None,
+        batch_invariant=None,
     ):
         # Checked first: a misspelt fault, protocol, order or experiment must not silently build the real
         # (default) kernel.
@@ -186,6 +194,7 @@ class FusedGemmRs(GemmRsImplementation):
         elif push_order is not None:
             check_push_build(push_order)
         self._plan = ProtocolPlan.of(self.protocol, 1, protocol_by_m)  # checked now; completed below
+        self.batch_invariant = type(self).batch_invariant if batch_invariant is None else bool(batch_invariant)
         self._push_order_request = push_order
         self.push_order = None  # push, W > 1: the tile order, fixed at construction (see _choose_push_order)
         self.experiment = experiment
@@ -272,7 +281,8 @@ class FusedGemmRs(GemmRsImplementation):
         if check_world_size(world_size) is not None:
             return ()
         protocol = DEFAULT_PROTOCOL if cls.protocol == "auto" else cls.protocol
-        configs = kernel_configs(protocol, GemmConfig.sm_count)
+        configs = tuple(c for c in kernel_configs(protocol, GemmConfig.sm_count)
+                        if not (c.split_k and cls.batch_invariant))
         found = {}
         for N, K in PATH_SHAPES:
             for M in PATH_MS:
@@ -384,7 +394,8 @@ class FusedGemmRs(GemmRsImplementation):
             from .tiles import kernel_configs
 
             sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
-            configs = list(kernel_configs(protocol, sm_count, 4 if self.experiment == "ring4" else None))
+            configs = [c for c in kernel_configs(protocol, sm_count, 4 if self.experiment == "ring4" else None)
+                       if not (c.split_k and self.batch_invariant)]
             if self._config is not None:
                 configs[0] = self._config
             if self._small_m_config is not None:
@@ -448,6 +459,23 @@ class FusedGemmRs(GemmRsImplementation):
                                             "pull")
         if units:
             self._split = SplitParts(part_bytes, units, self.device, own_flags=self.world_size == 1)
+        self._waive_batch_invariance_where_split()
+
+    def _waive_batch_invariance_where_split(self) -> None:
+        """Waive ``batch_invariant`` (CONTRACT.md's clause; non-exact inputs only, exact results stay bitwise) for
+        an instance whose calls at some M pick a split-K config: there a rank's partial is the fp32 sum of P K
+        parts, elsewhere one fp32 chain over K, so a token's bits can depend on M. ``batch_invariant=True``
+        instances have no split-K config and keep the clause."""
+        from .tiles import split_rows
+
+        if "pull" not in self.kernel_protocols():
+            return
+        rows = split_rows(self.tile_configs("pull"), self.max_M, self.N, self.K, self.world_size, "pull")
+        if rows is not None:
+            self.waived_clauses = {**self.waived_clauses, "batch_invariant": (
+                f"split-K at M = {rows[0]}..{rows[1]} for N={self.N}, K={self.K}: a rank's partial is the fp32 sum "
+                f"of K parts there, one fp32 chain over K at other M, so a token's bits depend on M "
+                f"(batch_invariant=True keeps the clause without split-K)")}
 
     def _allocate_workspace(self) -> None:
         from .workspace import SymmetricWorkspace, WorkspaceLayout, tile_slots
@@ -568,6 +596,18 @@ class FusedGemmRsPush(FusedGemmRs):
         super().__init__(group, force_fused=force_fused, **kwargs)
 
 
+class FusedGemmRsBatchInvariant(FusedGemmRs):
+    """The fused implementation without split-K (``batch_invariant=True``): a token's bits never depend on M, the
+    contract's ``batch_invariant`` clause is kept for every shape (checked by the gate on every input kind).
+    ``--impl kernel.fused:FusedGemmRsBatchInvariant``; the fused path is forced."""
+
+    name = "fused-batch-invariant"
+    batch_invariant = True
+
+    def __init__(self, group=None, *, force_fused: bool = True, **kwargs):
+        super().__init__(group, force_fused=force_fused, **kwargs)
+
+
 class FusedGemmRsAuto(FusedGemmRs):
     """The fused implementation choosing the protocol per call (``protocol="auto"``): at each M the one the
     measured table of :mod:`kernel.fused.crossover` says is faster for this (N, K, W), both kernels over one
@@ -593,6 +633,7 @@ __all__ = [
     "SUPPORTED_CAPABILITY",
     "FusedGemmRs",
     "FusedGemmRsAuto",
+    "FusedGemmRsBatchInvariant",
     "FusedGemmRsPush",
     "cutlass_available",
     "normalize_faults",

@@ -247,6 +247,36 @@ def test_declared_paths_cover_every_tile_config_and_each_split():
     assert FusedGemmRs.declared_paths(3) == () and UnfusedGemmRs.declared_paths(2) == ()
 
 
+def test_batch_invariance_is_waived_only_where_calls_split(monkeypatch):
+    """Split-K makes a token's bits depend on M (K parts summed in fp32 vs one chain): the default fused
+    instance waives ``batch_invariant`` exactly when some M <= max_M splits, naming the range; an instance whose
+    calls never split keeps it; ``FusedGemmRsBatchInvariant`` compiles no split-K config and keeps it always."""
+    from types import SimpleNamespace
+
+    from kernel.fused import FusedGemmRsBatchInvariant
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
+
+    def waived(cls, **shape):
+        impl = cls(device="cpu", **shape)
+        impl.waived_clauses = {}  # the CPU fallback's waivers out of the way: the kernel's own decision
+        impl._tile_configs = {}
+        impl._waive_batch_invariance_where_split()
+        reason = impl.waived_clauses.get("batch_invariant")
+        configs = impl.tile_configs("pull")
+        impl.close()
+        return reason, configs
+
+    reason, configs = waived(FusedGemmRs, max_M=8192, N=4096, K=8192)
+    assert reason and "M = 193..512" in reason and any(c.split_k for c in configs)
+    assert waived(FusedGemmRs, max_M=192, N=4096, K=8192)[0] is None  # its calls never reach the split rows
+    assert waived(FusedGemmRs, max_M=8192, N=512, K=256)[0] is None
+    reason, configs = waived(FusedGemmRsBatchInvariant, max_M=8192, N=4096, K=8192)
+    assert reason is None and configs and not any(c.split_k for c in configs)
+    assert not any("split-K" in p.label for p in FusedGemmRsBatchInvariant.declared_paths(2))
+    assert FusedGemmRs(max_M=64, N=64, K=128, device="cpu", batch_invariant=True).batch_invariant
+
+
 def test_split_parts_refuse_a_launch_past_their_capacity():
     import torch
 
