@@ -59,12 +59,10 @@ def test_kernel_paths(pool):
     the split-K builds per number of K parts) in every run, on cancellation, exact and gaussian inputs and in a
     replayed graph: a path only rare shapes select is never left to the draw. Not Hypothesis-driven: the
     calls are fixed, each failure prints its REPRO line."""
-    world_size, topology = _where(pool)
+    world_size, _ = _where(pool)
     paths = declared_paths(pool.spec.impl, world_size)
     if not paths:
         pytest.skip(f"{pool.spec.impl} declares no kernel paths at W={world_size}")
-    if topology == "cpu":
-        pytest.skip("the declared kernel paths are device code: the cpu topology runs the fallback")
     for i, path in enumerate(paths):
         for case in path_cases(path, i):
             check_case(pool, case)

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from kernel import collectives
 from kernel.checks import check_m_in_range, check_operands, overlaps
+from kernel.interface import KernelPath
 from kernel.unfused import UnfusedGemmRs
 
 # --- shared pieces ---------------------------------------------------------------------------------
@@ -717,6 +718,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("KTailNeverLoaded", (2,), ("within_tolerance", "bitwise_equal")),
     MutantSpec("NTailNotReduced", (2,), ("within_tolerance", "bitwise_equal")),
     MutantSpec("StorageOffsetIgnored", (2,), ("within_tolerance", "bitwise_equal")),
+    # kernel paths (8th session): a path only rare shapes select, declared and so called in every run
+    MutantSpec("RarePathKPartDropped", (2,), ("within_tolerance", "batch_invariant", "inputs_changed_in_place")),
     # dimensions (issue 14): groups, instances, dispatch
     MutantSpec("GlobalRankAsGroupRank", (2,), ("within_tolerance", "padded_rows_untouched")),
     MutantSpec("CollectiveOnWorldGroup", (2,), ("within_tolerance", "hang")),
@@ -935,6 +938,27 @@ class SplitKPartialsInBf16(UnfusedGemmRs):
 
 
 # --- shape mutants (issue 15): tails the gate draws from supports(N, K) ----------------------------------------
+
+
+class RarePathKPartDropped(UnfusedGemmRs):
+    """A code path only rare shapes select is broken: like a split-K config the cost model picks only at long K
+    and M in 193..256, this path drops the last quarter of K (a part never added). The implementation declares
+    the path (``declared_paths``), as the fused kernel declares its tile configs: the gate's random draw seldom
+    lands on it (K >= 288 and M in 193..256 on the CPU shapes), ``test_kernel_paths`` calls it in every run."""
+
+    name = "mutant-rare-path-k-part-dropped"
+    RARE_K = 288
+    RARE_M = (193, 256)
+
+    @classmethod
+    def declared_paths(cls, world_size: int) -> tuple:
+        return (KernelPath("rare path: K >= 288, M = 193..256", 64, 320, 200),)
+
+    def _gemm(self, x, w, partials):
+        if self.K >= self.RARE_K and self.RARE_M[0] <= x.shape[0] <= self.RARE_M[1]:
+            kept = self.K - self.K // 4
+            x, w = x[:, :kept], w[:, :kept]
+        super()._gemm(x, w, partials)
 
 
 class KTailNeverLoaded(UnfusedGemmRs):

@@ -200,9 +200,18 @@ PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "tes
 
 
 def kill_order(tgts: list[Target]) -> dict[str, list[str]]:
-    """impl -> the tests to run first: those of its expected properties, in the catalogue's order."""
-    return {t.impl: list(dict.fromkeys(PROPERTY_TEST.get(e, "test_compute") for e in t.expected))
-            for t in tgts if t.expected}
+    """impl -> the tests to run first: ``test_kernel_paths`` where the implementation declares kernel paths (a
+    fixed call of each: the cheapest catch of a bug on one of them), then those of its expected properties, in
+    the catalogue's order."""
+    from fuzz.strategies import declared_paths
+
+    order = {}
+    for t in tgts:
+        first = ["test_kernel_paths"] if any(declared_paths(t.impl, w) for w in t.world_sizes) else []
+        first += [PROPERTY_TEST.get(e, "test_compute") for e in t.expected]
+        if first:
+            order[t.impl] = list(dict.fromkeys(first))
+    return order
 
 
 #: Relative cost of the correct implementation's run (every example of every test) to a mutant's.

@@ -163,6 +163,9 @@ def test_a_mutant_s_expected_properties_pick_which_tests_run_first():
     assert order == {"mutants.catalogue:CapacityAsAssert": ["test_capacity"],
                      "mutants.catalogue:WorkQueuedBeforeCheck": ["test_capacity", "test_bad_call"],
                      "mutants.catalogue:DroppedRankOddM": ["test_compute"]}  # the correct one: file order
+    # an implementation that declares kernel paths has them called first (a fixed call each: the cheapest catch)
+    order = meta.kill_order(meta.targets(["RarePathKPartDropped"]))
+    assert order == {"mutants.catalogue:RarePathKPartDropped": ["test_kernel_paths", "test_compute"]}
 
 
 def test_sessions_share_the_work_and_keep_world_size_sets_apart():
