@@ -118,10 +118,12 @@ def pick_config(configs: tuple[GemmConfig, ...], M: int, N: int, world_size: int
 
 
 def split_rows(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, world_size: int,
-               protocol: str) -> tuple[int, int] | None:
-    """``(first M, last M)`` of the calls M <= max_M that pick a split-K config, or None when none does."""
+               protocol: str, runs_at=None) -> tuple[int, int] | None:
+    """``(first M, last M)`` of the calls M <= max_M that pick a split-K config, or None when none does;
+    ``runs_at(M)``: whether a call with M rows runs ``protocol`` at all (``auto`` picks a protocol per M)."""
     picked = [M for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1)
-              if configs[pick_config(configs, M, N, world_size, protocol, K)].split_k]
+              if (runs_at is None or runs_at(M))
+              and configs[pick_config(configs, M, N, world_size, protocol, K)].split_k]
     return (picked[0], picked[-1]) if picked else None
 
 

@@ -257,8 +257,12 @@ def test_batch_invariance_is_waived_only_where_calls_split(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
 
-    def waived(cls, **shape):
+    def waived(cls, by_m=None, **shape):
         impl = cls(device="cpu", **shape)
+        if by_m is not None:  # auto's table at W = 2 (a CPU instance without a group is W = 1: pull everywhere)
+            from kernel.fused.protocol_plan import ProtocolPlan
+
+            impl._plan = ProtocolPlan.of("auto", 2, by_m)
         impl.waived_clauses = {}  # the CPU fallback's waivers out of the way: the kernel's own decision
         impl._tile_configs = {}
         impl._waive_batch_invariance_where_split()
@@ -275,6 +279,12 @@ def test_batch_invariance_is_waived_only_where_calls_split(monkeypatch):
     assert reason is None and configs and not any(c.split_k for c in configs)
     assert not any("split-K" in p.label for p in FusedGemmRsBatchInvariant.declared_paths(2))
     assert FusedGemmRs(max_M=64, N=64, K=128, device="cpu", batch_invariant=True).batch_invariant
+    # auto: only the M where it runs pull can split (push from 256 here: the waiver names 193..255)
+    from kernel.fused import FusedGemmRsAuto
+
+    reason, _ = waived(FusedGemmRsAuto, by_m={1: "pull", 256: "push"}, max_M=8192, N=4096, K=8192)
+    assert reason and "M = 193..255" in reason
+    assert waived(FusedGemmRsAuto, by_m={1: "push", 4096: "pull"}, max_M=8192, N=4096, K=8192)[0] is None
 
 
 def test_split_parts_refuse_a_launch_past_their_capacity():
