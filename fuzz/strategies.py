@@ -73,28 +73,29 @@ def all_shapes(N: int, K: int) -> Eligibility:
     return Eligibility(N >= 1 and K >= 1, "" if N >= 1 and K >= 1 else f"N={N}, K={K}: both must be >= 1")
 
 
-def declared_support(impl: str) -> Callable[[int, int], Eligibility]:
-    """The ``supports(N, K)`` the implementation ``impl`` (a registry name or ``module:attribute``) declares
-    (kernel.interface.GemmRsImplementation.supports); :func:`all_shapes` for a factory without one."""
+def _declared(impl: str, query: str):
+    """The class-level query ``query`` the implementation ``impl`` (a registry name or ``module:attribute``)
+    declares, or None: a factory without it, or one that does not load here (the ranks load it too, and report
+    why they cannot: a harness error)."""
     from kernel.registry import load_implementation
 
     try:
         factory = load_implementation(impl)
-    except Exception:  # noqa: BLE001 — the ranks load it too, and report why they cannot (a harness error)
-        return all_shapes
-    return getattr(factory, "supports", all_shapes)
+    except Exception:  # noqa: BLE001 — reported by the ranks, see above
+        return None
+    return getattr(factory, query, None)
+
+
+def declared_support(impl: str) -> Callable[[int, int], Eligibility]:
+    """The ``supports(N, K)`` the implementation ``impl`` declares
+    (kernel.interface.GemmRsImplementation.supports); :func:`all_shapes` for a factory without one."""
+    return _declared(impl, "supports") or all_shapes
 
 
 def declared_paths(impl: str, world_size: int) -> tuple:
     """The kernel paths the implementation ``impl`` declares at ``world_size``
     (kernel.interface.GemmRsImplementation.declared_paths); none for a factory without the query."""
-    from kernel.registry import load_implementation
-
-    try:
-        factory = load_implementation(impl)
-    except Exception:  # noqa: BLE001 — the ranks load it too, and report why they cannot (a harness error)
-        return ()
-    query = getattr(factory, "declared_paths", None)
+    query = _declared(impl, "declared_paths")
     return tuple(query(world_size)) if query is not None else ()
 
 
