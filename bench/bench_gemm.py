@@ -9,8 +9,8 @@ plus the compile seconds per (N, K) configuration.
 
 ``--protocol`` picks the tile configs (kernel/fused/tiles.py): both have 128x256, 128x224 and 64x128 tiles
 (pull with a 4-deep epilogue ring, push with the deep one). The last column names the tile each M used.
-``--all-tiles`` also times every config at every M (the data the cost model of kernel/fused/tiles.py is
-fitted to) and prints one table of TF/s, the chosen config marked with ``*``.
+``--all-tiles`` also times every config at every M, split-K configs at every P (the data the cost model of
+kernel/fused/tiles.py is fitted to) and prints one table of TF/s, the chosen config marked with ``*``.
 """
 
 from __future__ import annotations
@@ -71,39 +71,66 @@ def bench_one(impl, M, N, K, dev) -> tuple[float, float]:
 
 
 class _Forced:
-    """``impl`` with its tile config forced to ``index`` (the W == 1 GEMM launch of that config)."""
+    """``impl`` with its tile config forced to ``index`` (the W == 1 GEMM launch of that config), and for a
+    split-K config its K parts to ``splits``."""
 
-    def __init__(self, impl, index):
-        self.impl, self.index = impl, index
+    def __init__(self, impl, index, splits=None):
+        self.impl, self.index, self.splits = impl, index, splits
 
     def __call__(self, x, w, out):
-        self.impl.launch_config(self.impl.kernel_protocols()[0], self.index, x, w, out, x.shape[0])
+        self.impl.launch_config(self.impl.kernel_protocols()[0], self.index, x, w, out, x.shape[0], self.splits)
         return out
 
 
-def all_tiles(impl, M, N, K, dev) -> list[float]:
-    """TF/s of every tile config of ``impl`` at M (each checked against the fp64 bound first)."""
-    from kernel.fused.tiles import pick_splits
+def tile_columns(impl) -> list[tuple[str, int, int | None]]:
+    """``(label, config index, forced K parts)`` of every column of ``--all-tiles``: each config, and each split-K
+    config once per P of :data:`kernel.fused.config.SPLIT_K_CHOICES` (the data its constants are fitted to)."""
+    from kernel.fused.config import SPLIT_K_CHOICES
 
+    cols = []
+    for i, c in enumerate(impl.tile_configs()):
+        name = f"{c.tile_m}x{c.tile_n}"
+        cols += [(f"{name}/{p}", i, p) for p in SPLIT_K_CHOICES] if c.split_k else [(name, i, None)]
+    return cols
+
+
+def all_tiles(impl, M, N, K, dev) -> list[float]:
+    """TF/s of every column of :func:`tile_columns` at M (each checked against the fp64 bound first; NaN where
+    a column cannot run: a split-K P the parts workspace or K do not take)."""
     out = []
-    for i, config in enumerate(impl.tile_configs()):
-        if pick_splits(config, M, N, K, 1) == 0:  # a split-K config where it never runs (M > its limit)
+    for _, index, splits in tile_columns(impl):
+        forced = _Forced(impl, index, splits)
+        y = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        try:
+            forced(torch.zeros(M, K, device=dev, dtype=torch.bfloat16), torch.zeros(N, K, device=dev,
+                                                                                     dtype=torch.bfloat16), y)
+        except ValueError:
             out.append(float("nan"))
             continue
-        forced = _Forced(impl, i)
         verdict, _ = check(lambda x, w, f=forced: f(x, w, torch.empty(x.shape[0], N, device=dev,
                                                                          dtype=torch.bfloat16)), M, N, K)
         out.append(bench_one(forced, M, N, K, dev)[0] if verdict == "ok" else float("nan"))
     return out
 
 
-def render_all_tiles(configs, every) -> str:
-    """One line per (M, N, K): TF/s of each config (the chosen one starred) and of torch.mm."""
-    names = [f"{c.tile_m}x{c.tile_n}{' splitK' if c.split_k else ''}" for c in configs]
-    head = f"{'M':>6} {'N':>6} {'K':>6} | " + " ".join(f"{n:>9}" for n in names) + f" | {'mm':>7}"
-    lines = ["every tile config (TF/s; * = chosen by kernel/fused/tiles.py)", head, "-" * len(head)]
+def chosen_column(impl, M) -> int:
+    """The column of :func:`tile_columns` a call with M rows runs."""
+    from kernel.fused.tiles import pick_splits
+
+    index = impl.tile_config_index(M)
+    config = impl.tile_configs()[index]
+    splits = pick_splits(config, M, impl.N, impl.K, 1) if config.split_k else None
+    return [(i, p) for _, i, p in tile_columns(impl)].index((index, splits))
+
+
+def render_all_tiles(impl, every) -> str:
+    """One line per (M, N, K): TF/s of each column (the chosen one starred) and of torch.mm."""
+    names = [label for label, _, _ in tile_columns(impl)]
+    head = f"{'M':>6} {'N':>6} {'K':>6} | " + " ".join(f"{n:>10}" for n in names) + f" | {'mm':>7}"
+    lines = ["every tile config, split-K ones per P (TF/s; * = chosen by kernel/fused/tiles.py)", head,
+             "-" * len(head)]
     for M, N, K, chosen, tfs, mm in every:
-        cells = " ".join(f"{t:>8.1f}{'*' if i == chosen else ' '}" for i, t in enumerate(tfs))
+        cells = " ".join(f"{t:>9.1f}{'*' if i == chosen else ' '}" for i, t in enumerate(tfs))
         lines.append(f"{M:>6} {N:>6} {K:>6} | {cells} | {mm:>7.1f}")
     return "\n".join(lines)
 
@@ -157,6 +184,8 @@ def main() -> None:
     for N in ns:
         for K in ks:
             impl = FusedGemmRs(max_M=max_m, N=N, K=K, device=dev, force_fused=True, protocol=args.protocol)
+            if args.all_tiles:
+                impl.reserve_every_split()
             for M in ms:
                 verdict, diff = check(impl, M, N, K)
                 tf_o, tf_m = bench_one(impl, M, N, K, dev)
@@ -166,9 +195,9 @@ def main() -> None:
                     flush=True,
                 )
                 if args.all_tiles:
-                    every.append((M, N, K, impl.tile_config_index(M), all_tiles(impl, M, N, K, dev), tf_m))
+                    every.append((M, N, K, chosen_column(impl, M), all_tiles(impl, M, N, K, dev), tf_m))
     if every:
-        print(render_all_tiles(impl.tile_configs(), every))
+        print(render_all_tiles(impl, every))
     print(f"\nhost time per eager call (launch only, M={ms[0]}): {host_overhead_us(impl, ms[0]):.1f} us")
     print("\ncompile seconds per configuration (one compile serves every N and K):")
     for (cfg, arch), v in compile_stats()["configs"].items():

@@ -80,6 +80,11 @@ class FusedUnorderedPartSignal(_FaultedFused):
     faults = ("unordered_part_signal",)
 
 
+class FusedUnwaitedSlices(_FaultedFused):
+    name = "fused-fault-unwaited-slices"
+    faults = ("unwaited_slices",)
+
+
 class FusedPushConsumerFenceMissing(_FaultedFusedPush):
     name = "fused-push-fault-consumer-fence-missing"
     faults = ("consumer_fence_missing",)
@@ -149,6 +154,11 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
                   "the previous call); timing-dependent: survived the ci gate on an H200 (2026-12-01), caught "
                   "statically by the pinned split-K PTX (tests/kernel/test_fault_builds.py)",
                   (1, 2)),
+    GpuMutantSpec("FusedUnwaitedSlices", "unwaited_slices",
+                  "split-K: a tile's owners signalled by its last unit before the other units' slices are stored",
+                  "within_tolerance / fresh_per_call at W > 1 (the owner sums columns of the previous call); "
+                  "timing-dependent: the slices are stored by units running side by side. Caught statically by "
+                  "the pinned split-K PTX too (no slice-word spins)"),
     GpuMutantSpec("FusedPushConsumerFenceMissing", "consumer_fence_missing",
                   "push: no proxy fence between acquiring an owner's inbox-free flag and the TMA pushes into it",
                   "within_tolerance at a late owner (a push of call e+1 lands while the owner reads call e); "
@@ -193,6 +203,7 @@ __all__ = [
     "FusedRelaxedSignal",
     "FusedStaleEpoch",
     "FusedUnorderedPartSignal",
+    "FusedUnwaitedSlices",
     "FusedWritePastCapacity",
     "FusedWrongOwner",
     "GpuMutantSpec",

@@ -44,8 +44,9 @@ class GemmConfig:
     group_n: int = 8  # raster group width, in column tiles
     sm_count: int = 132  # persistent CTAs (H200: 132 SMs)
     #: Split-K build (pull protocol and the W = 1 GEMM only): the K range of a tile is cut into P parts (P a launch
-    #: argument, :data:`SPLIT_K_CHOICES`), each computed by its own work unit into an fp32 part; one CTA per tile
-    #: sums the parts in part order and stores the rank's bf16 partial (design record: kernel/fused/gemm_rs.py).
+    #: argument, :data:`SPLIT_K_CHOICES`), each computed by its own work unit into an fp32 part; each unit then sums
+    #: a column slice of its tile's parts in part order and stores it as the rank's bf16 partial (design record:
+    #: kernel/fused/gemm_rs.py).
     split_k: bool = False
 
     def validate(self) -> None:
@@ -148,6 +149,8 @@ FAULT_PROTOCOL = {
                            "reduced-precision split-K reduction the contract's error model excludes)"),
     "unordered_part_signal": ("pull", "split-K: a part's ready word is raised by one thread right after its own "
                                       "stores, without the barrier that orders the other threads' stores first"),
+    "unwaited_slices": ("pull", "split-K, W > 1: a tile's last unit signals the owners without waiting for the "
+                                "other units' slices of the tile (an owner can read columns not stored yet)"),
     # push protocol (kernel.fused.gemm_rs_push)
     "consumer_fence_missing": ("push", "no fence.proxy.async between acquiring an owner's inbox-free flag and "
                                        "the TMA pushes into that inbox (async-proxy writes not ordered after "
@@ -160,8 +163,10 @@ FAULT_PROTOCOL = {
 }
 KERNEL_FAULTS = tuple(FAULT_PROTOCOL)
 #: The faults that plant bugs in the split-K phase only (no effect on a build without ``split_k``); the only ones a
-#: W == 1 split-K GEMM is built with.
-SPLIT_K_FAULTS = ("dropped_part", "bf16_parts", "unordered_part_signal")
+#: W == 1 split-K GEMM is built with, less :data:`SPLIT_K_CROSS_RANK_FAULTS`.
+SPLIT_K_FAULTS = ("dropped_part", "bf16_parts", "unordered_part_signal", "unwaited_slices")
+#: Split-K faults in the signalling of the tile's owners: a W == 1 build has none (``ValueError``).
+SPLIT_K_CROSS_RANK_FAULTS = ("unwaited_slices",)
 
 
 def normalize_faults(faults, protocol: str | None = None) -> frozenset:
@@ -225,6 +230,7 @@ __all__ = [
     "READY_BASE",
     "SMEM_CAPACITY_SM90",
     "SPLIT_K_CHOICES",
+    "SPLIT_K_CROSS_RANK_FAULTS",
     "SPLIT_K_FAULTS",
     "SPLIT_K_MAX_M",
     "SPIN_SLEEP_NS",

@@ -501,26 +501,24 @@ class HopperGemmBF16:
         tiles_done: cutlass.Int32,
         store_atoms=None,
         store_index=None,
+        epi_range=None,
     ):
         """Accumulators of one (BM, BN) tile -> bf16 -> shared -> TMA store into ``gC_tile``.
 
         Called by all consumer threads; the TMA store clips rows past the C tensor. ``store_atoms``: TMA
         store atoms of other targets with the same tiling as C (their coordinates are ``gC_tile``'s); the
         store then goes through ``store_atoms[store_index]`` (run-time index) instead of ``tma_atom_c``.
+        ``epi_range`` (``(lo, hi, stored_before)``, run-time): only the epilogue subtiles ``lo <= i < hi`` (column
+        slices ``epi_tile_n`` wide) are stored, ``stored_before`` the subtiles this CTA stored before them
+        (``tiles_done`` is then unused): a split-K unit's slice of its tile.
         """
-        copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(
-            LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
-        )
-        copy_atom_c = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype)
-        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
-        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
+        tiled_copy_r2s = self.r2s_copy(tiled_mma)
         thr_copy_r2s = tiled_copy_r2s.get_slice(consumer_tidx)
         tRS_sC = thr_copy_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, PIPE)
         tRS_rAcc = tiled_copy_r2s.retile(accumulators)
         rC_shape = cute.shape(thr_copy_r2s.partition_S(sC))
         tRS_rC = cute.make_rmem_tensor(rC_shape[:3], self.acc_dtype)
         tRS_rC_out = cute.make_rmem_tensor(rC_shape[:3], self.c_dtype)
-        size_tRS_rC = cute.size(tRS_rC)
 
         gC_epi = cute.zipped_divide(gC_tile, self.epi_tile)
         bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(
@@ -529,28 +527,57 @@ class HopperGemmBF16:
         epi_tile_num = cute.size(gC_epi, mode=[1])
         epi_tile_shape = gC_epi.shape[1]
         epi_tile_layout = cute.make_layout(epi_tile_shape, stride=(epi_tile_shape[1], 1))
-        num_prev = tiles_done * epi_tile_num
+        if cutlass.const_expr(epi_range is None):
+            num_prev = tiles_done * epi_tile_num
+            for epi_idx in cutlass.range_constexpr(epi_tile_num):
+                self.store_subtile(tiled_copy_r2s, tRS_rAcc, tRS_rC, tRS_rC_out, tRS_sC, bSG_sC, bSG_gC,
+                                   epi_tile_layout, epi_idx, num_prev, tma_atom_c,
+                                   tma_store_pipeline, warp_idx, store_atoms, store_index)
+        else:
+            lo, hi, stored_before = epi_range
+            ring_base = stored_before - lo
+            for epi_idx in cutlass.range_constexpr(epi_tile_num):
+                if lo <= epi_idx and epi_idx < hi:
+                    self.store_subtile(tiled_copy_r2s, tRS_rAcc, tRS_rC, tRS_rC_out, tRS_sC, bSG_sC, bSG_gC,
+                                       epi_tile_layout, epi_idx, ring_base,
+                                       tma_atom_c, tma_store_pipeline, warp_idx, store_atoms, store_index)
 
-        for epi_idx in cutlass.range_constexpr(epi_tile_num):
-            for v in cutlass.range_constexpr(size_tRS_rC):
-                tRS_rC[v] = tRS_rAcc[epi_idx * size_tRS_rC + v]
-            tRS_rC_out.store(tRS_rC.load().to(self.c_dtype))
-            epi_buffer = (num_prev + epi_idx) % self.epi_stage
-            cute.copy(tiled_copy_r2s, tRS_rC_out, tRS_sC[(None, None, None, epi_buffer)])
-            # stmatrix writes are read next by the TMA engine (async proxy)
-            cute.arch.fence_proxy("async.shared", space="cta")
-            self.epilog_barrier.arrive_and_wait()
-            gmem_coord = epi_tile_layout.get_hier_coord(epi_idx)
-            if warp_idx == self.epi_store_warp_id:
-                if cutlass.const_expr(store_atoms is None):
-                    cute.copy(tma_atom_c, bSG_sC[(None, epi_buffer)], bSG_gC[(None, gmem_coord)])
-                else:
-                    for q in cutlass.range_constexpr(len(store_atoms)):
-                        if store_index == q:
-                            cute.copy(store_atoms[q], bSG_sC[(None, epi_buffer)], bSG_gC[(None, gmem_coord)])
-                tma_store_pipeline.producer_commit()
-                tma_store_pipeline.producer_acquire()
-            self.epilog_barrier.arrive_and_wait()
+    @cute.jit
+    def store_subtile(self, tiled_copy_r2s, tRS_rAcc, tRS_rC, tRS_rC_out, tRS_sC, bSG_sC, bSG_gC, epi_tile_layout,
+                      epi_idx: cutlass.Constexpr, ring_base, tma_atom_c, tma_store_pipeline, warp_idx, store_atoms,
+                      store_index):
+        """One epilogue subtile: its accumulators -> bf16 -> shared (buffer ``(ring_base + epi_idx) % epi_stage`` of
+        the ring) -> TMA."""
+        size_tRS_rC = cute.size(tRS_rC)
+        for v in cutlass.range_constexpr(size_tRS_rC):
+            tRS_rC[v] = tRS_rAcc[epi_idx * size_tRS_rC + v]
+        tRS_rC_out.store(tRS_rC.load().to(self.c_dtype))
+        epi_buffer = (ring_base + epi_idx) % self.epi_stage
+        cute.copy(tiled_copy_r2s, tRS_rC_out, tRS_sC[(None, None, None, epi_buffer)])
+        # stmatrix writes are read next by the TMA engine (async proxy)
+        cute.arch.fence_proxy("async.shared", space="cta")
+        self.epilog_barrier.arrive_and_wait()
+        gmem_coord = epi_tile_layout.get_hier_coord(epi_idx)
+        if warp_idx == self.epi_store_warp_id:
+            if cutlass.const_expr(store_atoms is None):
+                cute.copy(tma_atom_c, bSG_sC[(None, epi_buffer)], bSG_gC[(None, gmem_coord)])
+            else:
+                for q in cutlass.range_constexpr(len(store_atoms)):
+                    if store_index == q:
+                        cute.copy(store_atoms[q], bSG_sC[(None, epi_buffer)], bSG_gC[(None, gmem_coord)])
+            tma_store_pipeline.producer_commit()
+            tma_store_pipeline.producer_acquire()
+        self.epilog_barrier.arrive_and_wait()
+
+    def r2s_copy(self, tiled_mma: cute.TiledMma):
+        """The epilogue's register -> shared tiled copy (stmatrix); ``r2s_copy(mma).retile(accumulators)`` is the
+        accumulators in epilogue order: subtile ``i``'s values of a thread are elements ``i * n .. i * n + n - 1``."""
+        copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
+        )
+        copy_atom_c = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype)
+        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
+        return cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
 
 
 def smem_bytes(config: GemmConfig, ab_stage: int) -> int:

@@ -65,21 +65,31 @@ No ``multimem.*`` instruction, no multicast object.
 
 Split-K (configs with ``split_k``; design and measurements: docs/DESIGN-splitk.md). Where the M x N tiles alone
 leave SMs idle and K is long, the GEMM phase runs work units ``(tile, part)``, ``part < P`` (P a launch argument,
-clamped to the k-tiles; the k-tiles of part p are ``[p * kt / P, (p + 1) * kt / P)``), one CTA per unit up to the
-SM count. A unit's accumulators go *unrounded* (fp32) into this rank's local parts buffer (plain device memory,
-not symmetric: no peer reads it), in fragment order, ``st.global.v4.f32``; then a barrier of the consumer threads
-and ``st.release.sys`` of ``e`` into the unit's part ready word (local). Then each CTA takes tiles as the unsplit
-kernel does: its thread 0 spins ``ld.acquire.sys`` until the P ready words of the tile equal ``e``, a barrier, and
-every thread loads its own fragment's values of the P parts (``ld.global.cg.v4.f32``, L2 only) and adds them in
-part order 0..P-1 into its accumulators -- the bf16 partial is then stored and signalled exactly as above. So each
-rank still sends one bf16 partial per element (no extra NVLink traffic), rounded once from an fp32 sum (the
-contract's error model: a bf16 rounding per K part would not be, and the gate's ``cancel`` inputs show it), in a
-fixed order (bitwise repeatable). W == 1 (the split-K GEMM): the same kernel with one rank, its "partial" is
-``out``, no owner signals, no reduction; its epoch / finished / done words live with its parts (the wrapper's
-``SplitParts``). Deadlock freedom as above, one layer more: units wait on nothing cross-CTA, a tile's sum waits
-only on units of this call, the reduction only on sums; the grid is co-resident. Part ready words compare for
-equality with the device-side epoch, so graph replays and the previous call's words never satisfy a wait.
-The default build (no ``split_k``) traces none of it: its PTX is unchanged (pinned).
+clamped to the k-tiles and to ``SPLIT_K_MAX``; the k-tiles of part p are ``[p * kt / P, (p + 1) * kt / P)``), one
+CTA per unit up to the SM count. Phase 1: a unit's accumulators go *unrounded* (fp32) into this rank's local parts
+buffer (plain device memory, not symmetric: no peer reads it), in fragment order of the epilogue's view of the
+accumulators, ``st.global.v4.f32``; then a barrier of the consumer threads and ``st.release.sys`` of ``e`` into
+the unit's part ready word (local). Phase 2: unit ``(tile, p)`` sums the tile's column slice ``p`` (epilogue
+subtiles ``[p * E / P, (p + 1) * E / P)``, E subtiles of ``epi_tile_n`` columns a tile): its thread 0 spins
+``ld.acquire.sys`` until the P part ready words of the tile equal ``e``, a barrier, every thread loads its own
+fragment's values of the P parts (``ld.global.cg.v4.f32``, L2 only; all P loads of a vector issued before the
+adds) and adds them in part order 0..P-1; the slice is stored as this rank's bf16 partial through the epilogue (its
+subtiles only, TMA). W > 1: the store warp waits for those stores (``wait_group 0``, proxy fence) and lane 0
+raises the unit's slice word (``st.release.sys``, local, after the part words). Phase 3 (W > 1): the tile's last
+unit (``p = P - 1``) spins ``ld.acquire.sys`` on the other P - 1 slice words of the tile (its own slice precedes in
+program order), then signals the tile's owners as above (``st.release.sys``: causality is transitive, so the
+owner's acquire orders every unit's slice stores before its peer loads). So each rank still sends one bf16
+partial per element (no extra NVLink traffic), rounded once from an fp32 sum (the contract's error model: a bf16
+rounding per K part would not be, and the gate's ``cancel`` inputs show it), in a fixed order (bitwise
+repeatable), and the sum is spread over all units (before the 9th session one CTA per tile read all P
+parts).
+W == 1 (the split-K GEMM): the same kernel with one rank, its "partial" is ``out``, no slice words, no owner
+signals, no reduction; its epoch / finished / done words live with its parts (the wrapper's ``SplitParts``).
+Deadlock freedom as above, two layers more: phase 1 waits on nothing cross-CTA, phase 2 only on phase-1 words of
+this call, phase 3 only on phase-2 words, the reduction only on owners' signals; each CTA runs its units' phases in
+that order and the grid is co-resident. Part and slice words compare for equality with the device-side epoch, so
+graph replays and the previous call's words never satisfy a wait. The default build (no ``split_k``) traces none
+of it: its PTX is unchanged (pinned).
 
 Fault-injected builds (release gate, mutation meta-test). ``faults`` (pull names of
 :data:`kernel.fused.config.KERNEL_FAULTS`, part of the compile-cache key) plants one real bug class
@@ -94,7 +104,8 @@ row at partial row ``W*S``, one past the padded partial (in guard A when ``S`` i
 ``padding_written``: out's padding rows (``r*S + i >= M``) are stored (zeros).
 ``wrong_owner``: rank r reduces the shard of owner ``(r+1) % W`` (waiting on that owner's flags).
 Split-K builds only: ``dropped_part`` (the sum adds parts 0..P-2), ``bf16_parts`` (each part rounded to bf16
-before it is stored), ``unordered_part_signal`` (no barrier between the part stores and thread 0's ready word).
+before it is stored), ``unordered_part_signal`` (no barrier between the part stores and thread 0's ready word),
+``unwaited_slices`` (W > 1: the tile's last unit signals the owners without waiting for the other slices).
 """
 
 from __future__ import annotations
@@ -106,8 +117,11 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, Int64
 
 from . import ptx
-from .config import READY_BASE
+from .config import READY_BASE, SPLIT_K_CHOICES
 from .rs_protocol import CrossRankGemm
+
+#: The most K parts a split-K launch takes (its ``splits`` argument is clamped to it): the sum is unrolled to it.
+SPLIT_K_MAX = max(SPLIT_K_CHOICES)
 
 
 class HopperGemmRsBF16(CrossRankGemm):
@@ -128,6 +142,9 @@ class HopperGemmRsBF16(CrossRankGemm):
         self.peers_summed = self.world_size - 1 if "dropped_peer" in self.faults else self.world_size
         self.split = self.config.split_k
         self.part_bytes = self.config.tile_m * self.config.tile_n * 4  # one fp32 K part of a tile
+        self.epi_subtiles = self.config.tile_n // self.config.epi_tile_n  # a split-K unit sums a slice of them
+        if self.split and (self.config.tile_m * self.config.epi_tile_n // self.num_mma_threads) % 4:
+            raise ValueError("split-K needs whole 16-byte vectors of a thread in each epilogue subtile")
 
     # --- host side --------------------------------------------------------------------------------
     @cute.jit
@@ -201,44 +218,64 @@ class HopperGemmRsBF16(CrossRankGemm):
         """After a partial tile's TMA stores were issued: once they completed and are ordered before the flags
         (``wait_group 0`` in every lane of the store warp, proxy fence), lane 0 signals the tile's owners."""
         if warp_idx == self.epi_store_warp_id:
-            if cutlass.const_expr("relaxed_signal" not in self.faults):
-                cute.arch.cp_async_bulk_wait_group(0, read=False)
-                cute.arch.fence_proxy("async.global")
-            cute.arch.sync_warp()
+            self.stores_complete()
             if consumer_tidx == 0:
                 self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, rank, epoch)
 
+    @cute.jit
+    def stores_complete(self):
+        """The store warp: its TMA stores completed and ordered before what lane 0 releases next (``wait_group
+        0`` in every lane, proxy fence, ``__syncwarp``)."""
+        if cutlass.const_expr("relaxed_signal" not in self.faults):
+            cute.arch.cp_async_bulk_wait_group(0, read=False)
+            cute.arch.fence_proxy("async.global")
+        cute.arch.sync_warp()
+
     # --- device side: split-K parts ---------------------------------------------------------------
     @cute.jit
-    def store_part(self, accumulators: cute.Tensor, unit_addr: Int64, consumer_tidx: Int32):
-        """This thread's accumulators (fp32) into the K part of a work unit at ``unit_addr``, in fragment order:
-        16-byte vector ``i`` of thread ``t`` at ``(i * threads + t) * 16``, so a warp's store is 512 contiguous
-        bytes and the CTA that sums the part reads each thread's values back into the same fragment."""
+    def store_part(self, acc_view: cute.Tensor, unit_addr: Int64, consumer_tidx: Int32):
+        """This thread's accumulators (fp32, in epilogue order: ``acc_view``) into the K part of a work unit at
+        ``unit_addr``, in fragment order: 16-byte vector ``i`` of thread ``t`` at ``(i * threads + t) * 16``, so a
+        warp's store is 512 contiguous bytes and the thread of the same index that sums the slice holding vector
+        ``i`` reads each value back into the same fragment position."""
         lane = Int64(consumer_tidx * 16)
-        for i4 in cutlass.range_constexpr(cute.size(accumulators) // 4):
-            vals = [accumulators[4 * i4 + j] for j in range(4)]
+        for i4 in cutlass.range_constexpr(cute.size(acc_view) // 4):
+            vals = [acc_view[4 * i4 + j] for j in range(4)]
             if cutlass.const_expr("bf16_parts" in self.faults):
                 vals = [ptx.round_to_bf16(v) for v in vals]
             ptx.st_f32x4(unit_addr + lane + Int64(i4 * self.num_mma_threads * 16), vals)
 
     @cute.jit
-    def sum_parts(self, accumulators: cute.Tensor, tile_addr: Int64, splits: Int32, consumer_tidx: Int32):
-        """``accumulators`` = the ``splits`` fp32 K parts of a tile (its units ``tile * P .. tile * P + P - 1``
-        start at ``tile_addr``), added in part order 0..P-1: a fixed order, so the bf16 partial is bitwise
-        repeatable whichever unit finished first."""
+    def sum_slice(self, acc_view: cute.Tensor, tile_addr: Int64, splits: Int32, lo: Int32, hi: Int32,
+                  consumer_tidx: Int32):
+        """Epilogue subtiles ``lo <= i < hi`` of ``acc_view`` = the ``splits`` fp32 K parts of a tile (its units
+        ``tile * P .. tile * P + P - 1`` start at ``tile_addr``) added in part order 0..P-1: a fixed order, so the
+        bf16 partial is bitwise repeatable whichever unit finished first. Every part of a vector is loaded before
+        the first add (the loads overlap); a part index past P reloads part 0 and its add is not taken."""
         lane = Int64(consumer_tidx * 16)
-        n_vec = cute.size(accumulators) // 4
-        for i4 in cutlass.range_constexpr(n_vec):
-            first = ptx.ld_f32x4_cg(tile_addr + lane + Int64(i4 * self.num_mma_threads * 16))
-            for j in cutlass.range_constexpr(4):
-                accumulators[4 * i4 + j] = first[j]
+        vecs = cute.size(acc_view) // 4 // self.epi_subtiles  # 16-byte vectors of a thread in one subtile
         summed = splits - 1 if cutlass.const_expr("dropped_part" in self.faults) else splits
-        for p in range(1, summed):
-            part_addr = tile_addr + Int64(p) * self.part_bytes + lane
-            for i4 in cutlass.range_constexpr(n_vec):
-                more = ptx.ld_f32x4_cg(part_addr + Int64(i4 * self.num_mma_threads * 16))
-                for j in cutlass.range_constexpr(4):
-                    accumulators[4 * i4 + j] = accumulators[4 * i4 + j] + more[j]
+        for e in cutlass.range_constexpr(self.epi_subtiles):
+            if lo <= e and e < hi:
+                for v4 in cutlass.range_constexpr(vecs):
+                    i4 = e * vecs + v4
+                    at = tile_addr + lane + Int64(i4 * self.num_mma_threads * 16)
+                    loaded = [ptx.ld_f32x4_cg(at + Int64(cutlass.min(q, summed - 1)) * self.part_bytes)
+                              for q in range(SPLIT_K_MAX)]
+                    for j in cutlass.range_constexpr(4):
+                        total = loaded[0][j]
+                        for q in cutlass.range_constexpr(1, SPLIT_K_MAX):
+                            total = cutlass.select_(q < summed, total + loaded[q][j], total)
+                        acc_view[4 * i4 + j] = total
+
+    @cute.jit
+    def slice_stored(self, warp_idx: Int32, consumer_tidx: Int32, word: Int64, epoch: Int32):
+        """After a unit's slice of its tile was stored (TMA): once those stores completed, lane 0 of the store warp
+        raises the unit's slice word (``st.release.sys`` of ``epoch``; local)."""
+        if warp_idx == self.epi_store_warp_id:
+            self.stores_complete()
+            if consumer_tidx == 0:
+                ptx.st_release_sys_u32(word, epoch)
 
     # --- device side: the kernel ------------------------------------------------------------------
     @cute.kernel
@@ -273,7 +310,7 @@ class HopperGemmRsBF16(CrossRankGemm):
         num_tiles = num_m_tiles * self.num_n_tiles
         splits = None
         if cutlass.const_expr(self.split):
-            splits = cutlass.min(split_args[2], self.k_tile_cnt)
+            splits = cutlass.min(cutlass.min(split_args[2], self.k_tile_cnt), SPLIT_K_MAX)
         pipeline.pipeline_init_wait()
 
         if warp_group_idx == 0:
@@ -324,39 +361,63 @@ class HopperGemmRsBF16(CrossRankGemm):
                     tiles_done += 1
                     tile_idx += gdim
             else:
-                # Split-K, phase 1: work units (tile, K part), each an fp32 part in this rank's local parts
+                # Split-K, phase 1: work split_units (tile, K part), each an fp32 part in this rank's local parts
                 # buffer, its ready word raised (release) after a barrier of the consumer threads.
                 parts_base, part_flags = split_args[0].toint(), split_args[1].toint()
+                acc_view = self.r2s_copy(tiled_mma).retile(accumulators)
+                split_units = num_tiles * splits
+                slice_flags = part_flags + Int64(split_units) * 4  # after the split_units' part ready words
                 work_unit = bidx
-                while work_unit < num_tiles * splits:
+                while work_unit < split_units:
                     unit_tile = work_unit // splits
                     k_first, k_count = self.split_k_range(work_unit - unit_tile * splits, splits)
                     release_state, read_state = self.mma_tile(tiled_mma, accumulators, tCrA, tCrB,
                                                               mainloop_pipeline, read_state, release_state,
                                                               num_k_blocks, k_count)
-                    self.store_part(accumulators, parts_base + Int64(work_unit) * self.part_bytes, consumer_tidx)
+                    self.store_part(acc_view, parts_base + Int64(work_unit) * self.part_bytes, consumer_tidx)
                     if cutlass.const_expr("unordered_part_signal" not in self.faults):
                         self.epilog_barrier.arrive_and_wait()
                     if consumer_tidx == 0:
                         ptx.st_release_sys_u32(part_flags + Int64(work_unit) * 4, epoch)
                     work_unit += gdim
-                # Phase 2: per tile, its parts summed in part order, stored as this rank's bf16 partial through
-                # the same epilogue, its owners signalled as above.
-                while tile_idx < num_tiles:
-                    m_tile, n_tile = self.tile_coord(tile_idx, num_m_tiles)
+                # Phase 2: unit (tile, p) sums the P parts of its slice of the tile (epilogue subtiles
+                # [p * E / P, (p + 1) * E / P), column slices) in part order and stores them as this rank's bf16
+                # partial through the epilogue; W > 1: then its slice word (release, after the stores completed).
+                stored = Int32(0)
+                work_unit = bidx
+                while work_unit < split_units:
+                    unit_tile = work_unit // splits
+                    part = work_unit - unit_tile * splits
+                    m_tile, n_tile = self.tile_coord(unit_tile, num_m_tiles)
                     if consumer_tidx == 0:
                         for p in range(splits):
-                            self.spin_until(part_flags + Int64(tile_idx * splits + p) * 4, epoch, False)
+                            self.spin_until(part_flags + Int64(unit_tile * splits + p) * 4, epoch, False)
                     self.epilog_barrier.arrive_and_wait()
-                    self.sum_parts(accumulators, parts_base + Int64(tile_idx * splits) * self.part_bytes, splits,
-                                   consumer_tidx)
+                    lo = part * self.epi_subtiles // splits
+                    hi = (part + 1) * self.epi_subtiles // splits
+                    self.sum_slice(acc_view, parts_base + Int64(unit_tile * splits) * self.part_bytes, splits, lo,
+                                   hi, consumer_tidx)
                     self.epilogue(tiled_mma, accumulators, tma_atom_c, sC, gC[(None, None, m_tile, n_tile)],
-                                  tma_store_pipeline, consumer_tidx, warp_idx, tiles_done)
+                                  tma_store_pipeline, consumer_tidx, warp_idx, tiles_done, epi_range=(lo, hi, stored))
+                    stored += hi - lo
                     if cutlass.const_expr(W > 1):
-                        self.publish_tile(warp_idx, consumer_tidx, flag_ptrs, m_tile, n_tile, m, shard, slots,
-                                          rank, epoch)
-                    tiles_done += 1
-                    tile_idx += gdim
+                        self.slice_stored(warp_idx, consumer_tidx, slice_flags + Int64(work_unit) * 4, epoch)
+                    work_unit += gdim
+                # Phase 3 (W > 1): a tile's last unit signals its owners once the other split_units' slices are stored
+                # (acquire of their slice words; its own slice precedes in program order).
+                if cutlass.const_expr(W > 1):
+                    if consumer_tidx == 0:
+                        work_unit = bidx
+                        while work_unit < split_units:
+                            unit_tile = work_unit // splits
+                            if work_unit - unit_tile * splits == splits - 1:
+                                if cutlass.const_expr("unwaited_slices" not in self.faults):
+                                    for p in range(splits - 1):
+                                        self.spin_until(slice_flags + Int64(unit_tile * splits + p) * 4, epoch,
+                                                        False)
+                                m_tile, n_tile = self.tile_coord(unit_tile, num_m_tiles)
+                                self.signal_owners(flag_ptrs, m_tile, n_tile, m, shard, slots, rank, epoch)
+                            work_unit += gdim
             tma_store_pipeline.producer_tail()
 
             # --- reduction of this rank's shard: rows [r*S, min(r*S+S, M)) ---------------------------

@@ -44,6 +44,7 @@ from .config import (
     MAX_WORLD_SIZE,
     SPIN_SLEEP_NS,
     SPIN_TIMEOUT_S,
+    SPLIT_K_CROSS_RANK_FAULTS,
     normalize_faults,
 )
 from .gemm import GemmConfig, HopperGemmBF16
@@ -68,6 +69,9 @@ class CrossRankGemm(HopperGemmBF16):
         self.spin_timeout_ns = int(spin_timeout_s * 1e9)
         # Fault-injected build (the kernel's design record); every switch is a trace-time constant.
         self.faults = normalize_faults(faults, self.protocol)
+        if world_size == 1 and self.faults & frozenset(SPLIT_K_CROSS_RANK_FAULTS):
+            raise ValueError(f"{sorted(self.faults & frozenset(SPLIT_K_CROSS_RANK_FAULTS))}: no owners to signal "
+                             "at W == 1")
 
     # --- device side: addresses -------------------------------------------------------------------
     @cute.jit

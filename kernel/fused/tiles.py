@@ -21,8 +21,8 @@ Split-K (pull and the W = 1 GEMM; configs with ``split_k``): where the M x N til
 (M <= :data:`kernel.fused.config.SPLIT_K_MAX_M`), a config may cut K into P parts (P in
 :data:`kernel.fused.config.SPLIT_K_CHOICES`, at most K's k-tiles): P times the work units, each 1/P of the MMA
 and load time, the same L2 bytes in all, plus the parts' phase (:func:`split_phase_time`: each unit's fp32 part
-stored, P parts per tile read back and summed by one CTA, one more wait). That phase does not scale with K, so
-K enters the choice of split configs (:func:`pick_config`, :func:`pick_splits`), and only theirs.
+stored, then each unit sums its 1/P column slice of the tile's P parts, and the waits). That phase does not
+scale with K, so K enters the choice of split configs (:func:`pick_config`, :func:`pick_splits`), and only theirs.
 """
 
 from __future__ import annotations
@@ -39,11 +39,14 @@ SM_FLOPS_ONE_WARPGROUP = 4.6e12
 SM_LOAD_BYTES_S = 120e9
 L2_BYTES_S = 8.5e12
 #: One SM's bandwidth for the split-K parts (plain 16-byte stores and L2 loads; bytes/s) and the fixed cost of
-#: the parts' phase (one more cross-CTA wait, the fragment reloaded; s). Fitted to the first split-K run
-#: (one H200, 2026-12-01, ``bench/bench_gemm.py --protocol pull --all-tiles``, M = 64 .. 512, N = 7168 and 8192,
-#: K = 2048 and 14336): any value in 20-30 GB/s with 0-4 us picks a config within 1% of the best measured on
-#: average (the first guess, 150 GB/s and 2 us, lost 10%: it split at K = 2048 and at M <= 128, where the
-#: measurements say not to). The phase is that slow because one CTA per tile reads all P parts back.
+#: the parts' phase (the cross-CTA waits; s). First fitted (one H200, 2026-12-01, 8th session) when one CTA per tile
+#: read all P parts back: 20-30 GB/s and 0-4 us picked configs within 1% of the best measured. Since the 9th
+#: session each unit sums a 1/P slice of its tile (a wave of stores and a wave of loads per SM, whatever P):
+#: refitted to ``bench/bench_gemm.py --protocol pull --all-tiles`` with every split-K P timed (one H200, 9th
+#: session, M = 128..512, N = 7168 and 8192, K = 2048 and 14336): 10-30 GB/s with 2-8 us choose within 0.9% of
+#: the best column on average (7.5% at worst: 64x128 at M = 256, K = 2048, where 128x224 is picked); the values
+#: are the first fit's, which this range holds. The phase is not what bounds M = 128: the split kernels run there
+#: at ~3.2 TB/s of weights from HBM, torch.mm at ~3.9 (``docs/DESIGN-splitk.md``).
 SM_PART_BYTES_S = 25e9
 SPLIT_PHASE_S = 2e-6
 
@@ -84,11 +87,12 @@ def estimated_time(config: GemmConfig, M: int, N: int, world_size: int, shard_lo
 
 
 def split_phase_time(config: GemmConfig, tiles: int, splits: int) -> float:
-    """Seconds of a split-K call's parts: every unit stores an fp32 tile, every tile's CTA reads ``splits`` of
-    them back (per SM: a wave of each; in all: the L2 traffic), and one more wait."""
+    """Seconds of a split-K call's parts: every unit stores an fp32 tile, then reads its 1/P column slice of the
+    tile's P parts back (per SM: a wave of stores and one of loads, a part's bytes each; in all: the L2 traffic),
+    and the waits."""
     part = config.tile_m * config.tile_n * 4
-    waves = -(-tiles * splits // config.sm_count) + -(-tiles // config.sm_count) * splits
-    return max(waves * part / SM_PART_BYTES_S, 2 * tiles * splits * part / L2_BYTES_S) + SPLIT_PHASE_S
+    waves = -(-tiles * splits // config.sm_count)
+    return max(2 * waves * part / SM_PART_BYTES_S, 2 * tiles * splits * part / L2_BYTES_S) + SPLIT_PHASE_S
 
 
 def pick_splits(config: GemmConfig, M: int, N: int, K: int | None, world_size: int) -> int:
@@ -128,17 +132,21 @@ def split_rows(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, worl
 
 
 def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, world_size: int,
-                    protocol: str) -> tuple[int, int]:
-    """``(bytes of fp32 parts, part ready words)`` the split-K calls of an instance may need: the most over every
-    split-K config and every M <= min(max_M, SPLIT_K_MAX_M) with the K parts :func:`pick_splits` gives it -- not
-    only the config a call picks, so that a launch forcing a config (``bench/bench_gemm.py --all-tiles``) fits
-    too. (0, 0) when ``protocol`` has no split-K config or K one k-tile."""
+                    protocol: str, every_p: bool = False) -> tuple[int, int]:
+    """``(bytes of fp32 parts, work units)`` the split-K calls of an instance may need: the most over every
+    split-K config and every M <= min(max_M, SPLIT_K_MAX_M) with the K parts :func:`pick_splits` gives it (with
+    ``every_p``, any P of :data:`SPLIT_K_CHOICES` K takes) -- not only the config a call picks, so that a launch
+    forcing a config (``bench/bench_gemm.py --all-tiles``) fits too. (0, 0) when ``protocol`` has no split-K
+    config or K one k-tile."""
     need_bytes = need_units = 0
     for c in configs:
         if not c.split_k or protocol != "pull":
             continue
         for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1):
-            units = tile_count(c, M, N, world_size, False) * pick_splits(c, M, N, K, world_size)
+            splits = pick_splits(c, M, N, K, world_size)
+            if every_p and splits:
+                splits = max(p for p in SPLIT_K_CHOICES if p <= K // K_TILE)
+            units = tile_count(c, M, N, world_size, False) * splits
             need_units = max(need_units, units)
             need_bytes = max(need_bytes, units * c.tile_m * c.tile_n * 4)
     return need_bytes, need_units

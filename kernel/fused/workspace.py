@@ -168,7 +168,8 @@ class WorkspaceLayout:
 class SplitParts:
     """One rank's split-K buffers, in plain device memory (only this rank's kernel reads them; not symmetric):
     ``parts`` -- the fp32 K parts of up to ``units`` work units (``part_bytes`` in all), then ``guard`` (a red zone,
-    fixed pattern, never written); ``ready`` -- a u32 word per unit, the epoch in which its part was stored
+    fixed pattern, never written); ``ready`` -- two u32 words per unit: the epoch in which its part was stored, then
+    (after a call's ``units`` part words) the epoch in which its slice of the tile's bf16 partial was stored
     (compared for equality, so words of earlier calls, or zeros, never satisfy a wait); at W == 1 also ``flags``,
     the epoch / finished / done words a split-K GEMM keeps (W > 1: those of the symmetric workspace)."""
 
@@ -179,7 +180,7 @@ class SplitParts:
         self.guard = self.buf[_round_up(part_bytes):].view(torch.int16)
         self.guard_expected = guard_words(self.guard.numel(), device, salt=3)
         self.guard.copy_(self.guard_expected)
-        self.ready = torch.zeros(max(units, 1), dtype=torch.int32, device=device)
+        self.ready = torch.zeros(max(2 * units, 1), dtype=torch.int32, device=device)
         self.flags = torch.zeros(READY_BASE, dtype=torch.int32, device=device) if own_flags else None
 
     def check_fits(self, units: int, unit_bytes: int) -> None:

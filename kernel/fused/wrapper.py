@@ -64,7 +64,10 @@ from .config import (
     PUSH_ORDERS,
     READY_BASE,
     SPIN_TIMEOUT_S,
+    SPLIT_K_CHOICES,
+    SPLIT_K_CROSS_RANK_FAULTS,
     SPLIT_K_FAULTS,
+    SPLIT_K_MAX_M,
     SUPPORTED_CAPABILITY,
     check_protocol,
     check_push_build,
@@ -322,17 +325,20 @@ class FusedGemmRs(GemmRsImplementation):
             choice = self._choices[M] = (protocol, self.tile_config_index(M))
         self.launch_config(*choice, x, w, out, M)
 
-    def launch_config(self, protocol: str, index: int, x, w, out, M: int) -> None:
+    def launch_config(self, protocol: str, index: int, x, w, out, M: int, splits: int | None = None) -> None:
         """Queue the kernel of ``tile_configs(protocol)[index]`` for a call with M rows (no checks of x, w, out:
         the caller's; ``_launch`` passes the config the call picks, ``bench/bench_gemm.py --all-tiles`` forces
-        each). A split-K config takes the K parts :func:`kernel.fused.tiles.pick_splits` gives it at M; where it
-        gives none, or the parts workspace is too small, ``ValueError`` before anything is queued."""
+        each). A split-K config takes the K parts :func:`kernel.fused.tiles.pick_splits` gives it at M (or
+        ``splits``, the benchmark's sweep); where it gives none, or the parts workspace is too small,
+        ``ValueError`` before anything is queued."""
         import cuda.bindings.driver as cuda
 
         compiled = self._compiled[protocol][index]
         config = self.tile_configs(protocol)[index]
         split = None
-        if config.split_k:
+        if config.split_k and splits is not None:
+            split = self._split_args(config, M, splits)
+        elif config.split_k:
             split = self._split_choices.get((index, M))
             if split is None:
                 split = self._split_choices[(index, M)] = self._split_args(config, M)
@@ -351,11 +357,15 @@ class FusedGemmRs(GemmRsImplementation):
         compiled.launch(x.data_ptr(), w.data_ptr(), out.data_ptr(), partial_ptrs, ws.flag_ptrs, M, self._slots,
                         ws.layout.s_max, self.rank, stream, split)
 
-    def _split_args(self, config, M: int) -> tuple:
-        """``(parts, part ready words, P)`` of a split-K launch with ``config`` at M rows (checked to fit)."""
+    def _split_args(self, config, M: int, splits: int | None = None) -> tuple:
+        """``(parts, part ready words, P)`` of a split-K launch with ``config`` at M rows (checked to fit); P from
+        the cost model unless ``splits`` forces it (one of :data:`kernel.fused.config.SPLIT_K_CHOICES`)."""
         from .tiles import pick_splits, tile_count
 
-        splits = pick_splits(config, M, self.N, self.K, self.world_size)
+        if splits is None:
+            splits = pick_splits(config, M, self.N, self.K, self.world_size)
+        elif splits not in SPLIT_K_CHOICES or splits > self.K // config.tile_k or M > SPLIT_K_MAX_M:
+            raise ValueError(f"split-K with P={splits} cannot run at M={M}, K={self.K}")
         if splits == 0 or self._split is None:
             raise ValueError(f"the split-K config {config.tile_m}x{config.tile_n} cannot run at M={M}, K={self.K}")
         self._split.check_fits(tile_count(config, M, self.N, self.world_size, False) * splits,
@@ -416,7 +426,8 @@ class FusedGemmRs(GemmRsImplementation):
                 configs = self.tile_configs(protocol)
                 if self.world_size == 1:
                     # the plain GEMM, or the split-K GEMM (a pull kernel of one rank, its split-K faults only)
-                    split_faults = frozenset(f for f in self._faults if f in SPLIT_K_FAULTS)
+                    split_faults = frozenset(f for f in self._faults
+                                             if f in SPLIT_K_FAULTS and f not in SPLIT_K_CROSS_RANK_FAULTS)
                     build = lambda c, fs=split_faults: (  # noqa: E731
                         get_compiled_rs(self.N, self.K, c, 1, spin_timeout_s=SPIN_TIMEOUT_S, faults=fs)
                         if c.split_k else get_compiled(self.N, self.K, c))
@@ -460,6 +471,23 @@ class FusedGemmRs(GemmRsImplementation):
         if units:
             self._split = SplitParts(part_bytes, units, self.device, own_flags=self.world_size == 1)
         self._waive_batch_invariance_where_split()
+
+    def reserve_every_split(self) -> None:
+        """Size the split-K parts workspace for every K-part count of every split-K config at every M <= max_M,
+        not only the ones the cost model picks: ``bench/bench_gemm.py --all-tiles`` forces each (``launch_config``'s
+        ``splits``). Between calls only (the launches' memoised parts pointers are dropped)."""
+        from .tiles import split_workspace
+        from .workspace import SplitParts
+
+        if self._split is None:
+            return
+        part_bytes, units = split_workspace(self.tile_configs("pull"), self.max_M, self.N, self.K, self.world_size,
+                                            "pull", every_p=True)
+        old, self._split = self._split, SplitParts(part_bytes, units, self.device, own_flags=self.world_size == 1)
+        if self.world_size == 1:  # the W == 1 GEMM's epoch goes on from where it was (never back to a used one)
+            self._split.flags.copy_(old.flags)
+        old.close()
+        self._split_choices.clear()
 
     def _waive_batch_invariance_where_split(self) -> None:
         """Waive ``batch_invariant`` (CONTRACT.md's clause; non-exact inputs only, exact results stay bitwise) for
