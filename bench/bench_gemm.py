@@ -82,13 +82,13 @@ class _Forced:
         return out
 
 
-def tile_columns(impl) -> list[tuple[str, int, int | None]]:
+def tile_columns(configs) -> list[tuple[str, int, int | None]]:
     """``(label, config index, forced K parts)`` of every column of ``--all-tiles``: each config, and each split-K
     config once per P of :data:`kernel.fused.config.SPLIT_K_CHOICES` (the data its constants are fitted to)."""
     from kernel.fused.config import SPLIT_K_CHOICES
 
     cols = []
-    for i, c in enumerate(impl.tile_configs()):
+    for i, c in enumerate(configs):
         name = f"{c.tile_m}x{c.tile_n}"
         cols += [(f"{name}/{p}", i, p) for p in SPLIT_K_CHOICES] if c.split_k else [(name, i, None)]
     return cols
@@ -98,7 +98,7 @@ def all_tiles(impl, M, N, K, dev) -> list[float]:
     """TF/s of every column of :func:`tile_columns` at M (each checked against the fp64 bound first; NaN where
     a column cannot run: a split-K P the parts workspace or K do not take)."""
     out = []
-    for _, index, splits in tile_columns(impl):
+    for _, index, splits in tile_columns(impl.tile_configs()):
         forced = _Forced(impl, index, splits)
         y = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
         try:
@@ -120,12 +120,13 @@ def chosen_column(impl, M) -> int:
     index = impl.tile_config_index(M)
     config = impl.tile_configs()[index]
     splits = pick_splits(config, M, impl.N, impl.K, 1) if config.split_k else None
-    return [(i, p) for _, i, p in tile_columns(impl)].index((index, splits))
+    return [(i, p) for _, i, p in tile_columns(impl.tile_configs())].index((index, splits))
 
 
-def render_all_tiles(impl, every) -> str:
-    """One line per (M, N, K): TF/s of each column (the chosen one starred) and of torch.mm."""
-    names = [label for label, _, _ in tile_columns(impl)]
+def render_all_tiles(configs, every) -> str:
+    """One line per (M, N, K): TF/s of each column of :func:`tile_columns` (the chosen one starred) and of
+    torch.mm."""
+    names = [label for label, _, _ in tile_columns(configs)]
     head = f"{'M':>6} {'N':>6} {'K':>6} | " + " ".join(f"{n:>10}" for n in names) + f" | {'mm':>7}"
     lines = ["every tile config, split-K ones per P (TF/s; * = chosen by kernel/fused/tiles.py)", head,
              "-" * len(head)]
@@ -197,7 +198,7 @@ def main() -> None:
                 if args.all_tiles:
                     every.append((M, N, K, chosen_column(impl, M), all_tiles(impl, M, N, K, dev), tf_m))
     if every:
-        print(render_all_tiles(impl, every))
+        print(render_all_tiles(impl.tile_configs(), every))
     print(f"\nhost time per eager call (launch only, M={ms[0]}): {host_overhead_us(impl, ms[0]):.1f} us")
     print("\ncompile seconds per configuration (one compile serves every N and K):")
     for (cfg, arch), v in compile_stats()["configs"].items():

@@ -1,11 +1,14 @@
 """Sanitizer mode: a few small cases with every rank under NVIDIA compute-sanitizer.
 
     python -m fuzz.sanitize --impl fused --topology shared-gpu --world-sizes 2 [--tool memcheck|racecheck|synccheck]
+                            [--paths split]
 
 The ranks run as ``compute-sanitizer --tool=T --log-file=<pool logdir>/sanitizer-<pid>.log python -m
 fuzz.rank_worker`` (host API errors are not reported: CuTe DSL's architecture probe makes some on
 purpose). The cases (compute at unaligned M with exact inputs, alternation, a late rank, a rejected
-call, a graph replay) run as usual; then the pool is closed so every sanitizer writes its summary, and
+call, a graph replay) run as usual -- with ``--paths``, also the gate's cases of the kernel paths the
+implementation declares (``all``, or ``split``: those with device state of their own, the split-K ones of the fused
+kernel; :func:`fuzz.strategies.path_cases`); then the pool is closed so every sanitizer writes its summary, and
 the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` plus every case passed. Exit 0 / 1.
 """
 
@@ -24,13 +27,21 @@ from .pool import RankPool
 SMALL = dict(N=512, K=256, max_M=1024)
 
 
-def cases() -> list[Case]:
-    return [
-        Case("compute", seed=1, ms=[129, 7, 129], kind="exact", **SMALL),
-        Case("compute", seed=2, ms=[1, 1000], kind="gaussian", late_rank=0, delay_ms=20, **SMALL),
-        Case("capacity", seed=3, ms=[5], bad="over", **SMALL),
-        Case("graph", seed=4, ms=[257], kind="exact", repeat=2, **SMALL),
-    ]
+def cases(impl: str = "fused", world_size: int = 2, paths: str = "") -> list[Case]:
+    """The small cases, then (``paths``: ``all`` or ``split``) the declared paths' cases."""
+    from .strategies import declared_paths, path_cases
+
+    declared = [(i, p) for i, p in enumerate(declared_paths(impl, world_size)) if paths == "all" or
+                (paths == "split" and p.replay)] if paths else []
+    return SMALL_CASES + [c for i, p in declared for c in path_cases(p, i)]
+
+
+SMALL_CASES = [
+    Case("compute", seed=1, ms=[129, 7, 129], kind="exact", **SMALL),
+    Case("compute", seed=2, ms=[1, 1000], kind="gaussian", late_rank=0, delay_ms=20, **SMALL),
+    Case("capacity", seed=3, ms=[5], bad="over", **SMALL),
+    Case("graph", seed=4, ms=[257], kind="exact", repeat=2, **SMALL),
+]
 
 
 def summaries(logdir: str) -> dict[str, int | None]:
@@ -56,6 +67,9 @@ def main(argv=None) -> int:
     ap.add_argument("--world-sizes", dest="world_size", type=int, default=2, help="W (one)")
     ap.add_argument("--world-size", dest="world_size", type=int, help=argparse.SUPPRESS)  # old spelling
     ap.add_argument("--tool", default="memcheck")
+    ap.add_argument("--paths", default="", choices=("", "all", "split"),
+                    help="also the cases of the implementation's declared kernel paths (split: those with device "
+                         "state of their own)")
     ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
     ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")
     args = ap.parse_args(argv)
@@ -67,7 +81,11 @@ def main(argv=None) -> int:
     pool = RankPool(spec)
     reports = []
     try:
-        for case in cases():
+        todo = cases(args.impl, args.world_size, args.paths)
+        if args.paths and len(todo) == len(SMALL_CASES):
+            print(f"--paths {args.paths}: {args.impl} declares no such kernel path at W={args.world_size}")
+            return 2
+        for case in todo:
             report = pool.run(case, deadline=args.deadline)
             reports.append(report)
             print(f"{report.status:>8}  {case.short()}", flush=True)

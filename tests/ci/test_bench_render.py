@@ -102,6 +102,14 @@ def test_all_tiles_table_marks_the_chosen_config():
     line = text.splitlines()[-1]
     assert "520.5*" in line and "480.0 " in line and "534.0" in line
     assert "128x224" in text and "64x128" in text
+    # pull: a column per K-part count of each split-K config (the data the split constants are fitted to)
+    pull = kernel_configs("pull", 132)
+    labels = [label for label, _, _ in mod.tile_columns(pull)]
+    assert labels == ["128x256", "128x224", "128x256/2", "128x256/3", "128x256/4", "128x224/2", "128x224/3",
+                      "128x224/4", "64x128"]
+    assert [p for _, _, p in mod.tile_columns(pull)][2:5] == [2, 3, 4]
+    text = mod.render_all_tiles(pull, [(128, 8192, 14336, 4, [float(i) for i in range(9)], 485.6)])
+    assert "4.0*" in text.splitlines()[-1] and "128x256/4" in text
 
 
 def test_protocol_entry_names_the_faster_protocol_per_m():

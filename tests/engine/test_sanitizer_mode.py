@@ -34,3 +34,15 @@ def test_sanitizer_cases_cover_the_gpu_properties():
     assert families == {"compute", "capacity", "graph"}
     assert any(c.late_rank is not None for c in cases())
     assert any(M % 2 for c in cases() for M in c.ms)  # unaligned M
+
+
+def test_sanitizer_paths_add_the_declared_split_k_paths():
+    """``--paths split``: the gate's cases of every split-K path the fused kernel declares (a graph of each too);
+    ``all`` adds the unsplit tile configs; an implementation without the query adds nothing."""
+    small = cases()
+    split = cases("fused", 2, "split")
+    added = split[len(small):]
+    assert split[:len(small)] == small and added
+    assert {c.family for c in added} == {"compute", "graph"}
+    assert len(cases("fused", 2, "all")) > len(split)
+    assert len(cases("unfused", 2, "split")) == len(small)
