@@ -111,7 +111,10 @@ def pytest_generate_tests(metafunc):
 #: median 0.8 s per case at W = 2, 1.2-1.7 s at W = 4, 8, and a GPU pool's start-up): only relative sizes matter.
 #: A refit per test (a graph case costs ~3x a compute case) with pool start-ups growing with W was measured and not
 #: kept: the W = 2, 4, 8 ci gate took 99.3 s and 91.0 s with its deal, 93.7 s (cold cache, same machine as the
-#: 91.0) and 80-84 s with this one (2026-12-01, docs/evidence/2026-12-01-pull-tiles-w16/): no gain shown.
+#: 91.0) and 80-84 s with this one (2026-12-01, docs/evidence/2026-12-01-pull-tiles-w16/): no gain shown. Again in
+#: the 9th session: per-test factors evened the places' case time (63-86 s) but the W = 2, 4, 8 gate took 119.5 s
+#: for 312 cases (117.0 s for 303 with this one): the pools share one GPU, what one place sheds another's cases
+#: take longer (docs/evidence/2026-12-01-split-k-slices/). Not kept.
 CASE_S, CASE_S_PER_RANK, POOL_START_S = 0.6, 0.15, 8.0
 
 
