@@ -95,14 +95,24 @@ def split_phase_time(config: GemmConfig, tiles: int, splits: int) -> float:
     return max(2 * waves * part / SM_PART_BYTES_S, 2 * tiles * splits * part / L2_BYTES_S) + SPLIT_PHASE_S
 
 
+def admissible_splits(config: GemmConfig, M: int, K: int | None) -> tuple[int, ...]:
+    """The K part counts a split-K ``config`` may run with at M rows: those of
+    :data:`kernel.fused.config.SPLIT_K_CHOICES` with at least one k-tile each; none where it must not run (not a
+    split-K config, M > SPLIT_K_MAX_M, K unknown or one k-tile). The one statement of these conditions: the cost
+    model chooses among them, a launch forcing P (``bench/bench_gemm.py --all-tiles``) is checked against them."""
+    if not config.split_k or K is None or M > SPLIT_K_MAX_M:
+        return ()
+    return tuple(p for p in SPLIT_K_CHOICES if p <= K // K_TILE)
+
+
 def pick_splits(config: GemmConfig, M: int, N: int, K: int | None, world_size: int) -> int:
     """The K parts a call with M rows uses with ``config``: 1 for any config but split-K's, else the choice of
-    :data:`kernel.fused.config.SPLIT_K_CHOICES` (at most K's k-tiles) with the least estimate (the first of equal
-    ones); 0 where a split-K config must not run (M > SPLIT_K_MAX_M, K unknown or one k-tile)."""
+    :func:`admissible_splits` with the least estimate (the first of equal ones); 0 where a split-K config must not
+    run."""
     if not config.split_k:
         return 1
-    choices = [p for p in SPLIT_K_CHOICES if K is not None and p <= K // K_TILE]
-    if M > SPLIT_K_MAX_M or not choices:
+    choices = admissible_splits(config, M, K)
+    if not choices:
         return 0
     times = [estimated_time(config, M, N, world_size, False, p, K) for p in choices]
     return choices[times.index(min(times))]
@@ -145,12 +155,12 @@ def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int,
         for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1):
             splits = pick_splits(c, M, N, K, world_size)
             if every_p and splits:
-                splits = max(p for p in SPLIT_K_CHOICES if p <= K // K_TILE)
+                splits = max(admissible_splits(c, M, K))
             units = tile_count(c, M, N, world_size, False) * splits
             need_units = max(need_units, units)
             need_bytes = max(need_bytes, units * c.tile_m * c.tile_n * 4)
     return need_bytes, need_units
 
 
-__all__ = ["estimated_time", "kernel_configs", "pick_config", "pick_splits", "split_phase_time", "split_rows",
-           "split_workspace", "tile_count"]
+__all__ = ["admissible_splits", "estimated_time", "kernel_configs", "pick_config", "pick_splits", "split_phase_time",
+           "split_rows", "split_workspace", "tile_count"]

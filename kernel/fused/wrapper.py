@@ -64,10 +64,8 @@ from .config import (
     PUSH_ORDERS,
     READY_BASE,
     SPIN_TIMEOUT_S,
-    SPLIT_K_CHOICES,
     SPLIT_K_CROSS_RANK_FAULTS,
     SPLIT_K_FAULTS,
-    SPLIT_K_MAX_M,
     SUPPORTED_CAPABILITY,
     check_protocol,
     check_push_build,
@@ -360,11 +358,11 @@ class FusedGemmRs(GemmRsImplementation):
     def _split_args(self, config, M: int, splits: int | None = None) -> tuple:
         """``(parts, part ready words, P)`` of a split-K launch with ``config`` at M rows (checked to fit); P from
         the cost model unless ``splits`` forces it (one of :data:`kernel.fused.config.SPLIT_K_CHOICES`)."""
-        from .tiles import pick_splits, tile_count
+        from .tiles import admissible_splits, pick_splits, tile_count
 
         if splits is None:
             splits = pick_splits(config, M, self.N, self.K, self.world_size)
-        elif splits not in SPLIT_K_CHOICES or splits > self.K // config.tile_k or M > SPLIT_K_MAX_M:
+        elif splits not in admissible_splits(config, M, self.K):
             raise ValueError(f"split-K with P={splits} cannot run at M={M}, K={self.K}")
         if splits == 0 or self._split is None:
             raise ValueError(f"the split-K config {config.tile_m}x{config.tile_n} cannot run at M={M}, K={self.K}")
@@ -463,27 +461,26 @@ class FusedGemmRs(GemmRsImplementation):
         M <= max_M for this (N, K) (:func:`kernel.fused.tiles.split_workspace`)."""
         if "pull" not in self.kernel_protocols():
             return
+        self._split = self._new_split_parts(every_p=False)
+        self._waive_batch_invariance_where_split()
+
+    def _new_split_parts(self, every_p: bool):
+        """A parts workspace sized by :func:`kernel.fused.tiles.split_workspace` (``every_p``: for every K-part
+        count, not only the cost model's), or None where no split-K call can run."""
         from .tiles import split_workspace
         from .workspace import SplitParts
 
         part_bytes, units = split_workspace(self.tile_configs("pull"), self.max_M, self.N, self.K, self.world_size,
-                                            "pull")
-        if units:
-            self._split = SplitParts(part_bytes, units, self.device, own_flags=self.world_size == 1)
-        self._waive_batch_invariance_where_split()
+                                            "pull", every_p=every_p)
+        return SplitParts(part_bytes, units, self.device, own_flags=self.world_size == 1) if units else None
 
     def reserve_every_split(self) -> None:
         """Size the split-K parts workspace for every K-part count of every split-K config at every M <= max_M,
         not only the ones the cost model picks: ``bench/bench_gemm.py --all-tiles`` forces each (``launch_config``'s
         ``splits``). Between calls only (the launches' memoised parts pointers are dropped)."""
-        from .tiles import split_workspace
-        from .workspace import SplitParts
-
         if self._split is None:
             return
-        part_bytes, units = split_workspace(self.tile_configs("pull"), self.max_M, self.N, self.K, self.world_size,
-                                            "pull", every_p=True)
-        old, self._split = self._split, SplitParts(part_bytes, units, self.device, own_flags=self.world_size == 1)
+        old, self._split = self._split, self._new_split_parts(every_p=True)
         if self.world_size == 1:  # the W == 1 GEMM's epoch goes on from where it was (never back to a used one)
             self._split.flags.copy_(old.flags)
         old.close()

@@ -200,9 +200,15 @@ def test_split_k_is_chosen_where_the_tiles_alone_leave_sms_idle_and_k_is_long():
     128x224 in 2 parts at M = 256, N = 7168; not at M = 64 (the 64x128 tiles), not at K = 2048 (the parts' phase
     costs more than the split saves); never above SPLIT_K_MAX_M, never with one k-tile, never for push."""
     from kernel.fused.config import SPLIT_K_MAX_M
-    from kernel.fused.tiles import kernel_configs, pick_config, pick_splits, split_workspace
+    from kernel.fused.tiles import admissible_splits, kernel_configs, pick_config, pick_splits, split_workspace
 
     pull = kernel_configs("pull", 132)
+    # the one statement of where P may run: the cost model's choice and a forced P are checked against it
+    assert admissible_splits(pull[2], 128, 14336) == (2, 3, 4) and admissible_splits(pull[2], 128, 192) == (2, 3)
+    assert admissible_splits(pull[2], SPLIT_K_MAX_M + 1, 14336) == () == admissible_splits(pull[0], 128, 14336)
+    assert admissible_splits(pull[2], 128, None) == () == admissible_splits(pull[2], 128, 64)
+    for M in range(1, SPLIT_K_MAX_M + 2, 37):
+        assert pick_splits(pull[2], M, 8192, 2048, 2) in (admissible_splits(pull[2], M, 2048) or (0,))
     for W in (1, 2, 16):
         for M, N, K, expected in ((192, 8192, 14336, (256, True, 2)), (256, 8192, 14336, (256, True, 2)),
                                   (256, 7168, 14336, (224, True, 2)), (64, 8192, 14336, (128, False, 1)),
