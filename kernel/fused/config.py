@@ -26,7 +26,16 @@ MAX_WORLD_SIZE = max(FUSED_WORLD_SIZES)
 
 #: Widths of the N tile the kernels are built for (wgmma n, 16-byte TMA rows, a whole number of
 #: 32-column epilogue sub-tiles): 224 fills 132 SMs better than 256 for N = 7168 at some M.
-TILE_N_CHOICES = (64, 128, 192, 224, 256)
+TILE_N_CHOICES = (64, 112, 128, 192, 224, 256)
+
+
+#: TMA load L2 cache-policy operands (``.L2::cache_hint``; CUTLASS's ``CacheHintSm90``): evict normal / first / last.
+#: (The CuTe DSL's loads carry the operand too, 0 unless a policy is given.) ``GemmConfig.l2_hints`` picks
+#: ``(A's, B's)`` by name.
+L2_EVICT_NORMAL = 0x1000000000000000
+L2_EVICT_FIRST = 0x12F0000000000000
+L2_EVICT_LAST = 0x14F0000000000000
+L2_HINTS = {"normal": (L2_EVICT_NORMAL, L2_EVICT_NORMAL), "stream": (L2_EVICT_LAST, L2_EVICT_FIRST)}
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,9 @@ class GemmConfig:
     #: a column slice of its tile's parts in part order and stores it as the rank's bf16 partial (design record:
     #: kernel/fused/gemm_rs.py).
     split_k: bool = False
+    #: L2 eviction priorities of the mainloop's TMA loads, a key of :data:`L2_HINTS` (``stream``: A evict-last,
+    #: B evict-first: at small M the weights stream from HBM once), or "" (the DSL's operand 0).
+    l2_hints: str = ""
 
     def validate(self) -> None:
         if self.tile_k != K_TILE:
@@ -58,6 +70,8 @@ class GemmConfig:
             raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}, got {self.tile_n}")
         if self.tile_n % self.epi_tile_n:
             raise ValueError("epi_tile_n must divide tile_n")
+        if self.l2_hints and self.l2_hints not in L2_HINTS:
+            raise ValueError(f"l2_hints must be one of {sorted(L2_HINTS)} or empty, got {self.l2_hints!r}")
         if self.group_n < 1 or self.sm_count < 1:
             raise ValueError("group_n and sm_count must be positive")
 

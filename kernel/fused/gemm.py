@@ -90,7 +90,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
-from .config import SMEM_CAPACITY_SM90, TILE_N_CHOICES, GemmConfig
+from .config import L2_HINTS, SMEM_CAPACITY_SM90, TILE_N_CHOICES, GemmConfig
 
 
 class HopperGemmBF16:
@@ -354,13 +354,8 @@ class HopperGemmBF16:
             while tile_idx < num_tiles:
                 tAgA_m, tBgB_n = self.k_tiles_of(tma_parts, tile_idx, schedule)
                 for k_tile in range(self.k_tile_cnt):
-                    mainloop_pipeline.producer_acquire(producer_state)
-                    barrier = mainloop_pipeline.producer_get_barrier(producer_state)
-                    cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)],
-                              tma_bar_ptr=barrier)
-                    cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, producer_state.index)],
-                              tma_bar_ptr=barrier)
-                    mainloop_pipeline.producer_commit(producer_state)
+                    self.load_stage(tma_atom_a, tma_atom_b, tAgA_m, tBgB_n, tAsA, tBsB, k_tile, mainloop_pipeline,
+                                    producer_state)
                     producer_state.advance()
                 tile_idx += gdim
         else:
@@ -370,16 +365,29 @@ class HopperGemmBF16:
                 k_first, k_count = self.split_k_range(unit - tile_idx * splits, splits)
                 tAgA_m, tBgB_n = self.k_tiles_of(tma_parts, tile_idx, schedule)
                 for kk in range(k_count):
-                    mainloop_pipeline.producer_acquire(producer_state)
-                    barrier = mainloop_pipeline.producer_get_barrier(producer_state)
-                    cute.copy(tma_atom_a, tAgA_m[(None, k_first + kk)], tAsA[(None, producer_state.index)],
-                              tma_bar_ptr=barrier)
-                    cute.copy(tma_atom_b, tBgB_n[(None, k_first + kk)], tBsB[(None, producer_state.index)],
-                              tma_bar_ptr=barrier)
-                    mainloop_pipeline.producer_commit(producer_state)
+                    self.load_stage(tma_atom_a, tma_atom_b, tAgA_m, tBgB_n, tAsA, tBsB, k_first + kk,
+                                    mainloop_pipeline, producer_state)
                     producer_state.advance()
                 unit += gdim
         mainloop_pipeline.producer_tail(producer_state)
+
+    @cute.jit
+    def load_stage(self, tma_atom_a, tma_atom_b, tAgA_m, tBgB_n, tAsA, tBsB, k_tile, mainloop_pipeline,
+                   producer_state):
+        """One pipeline stage: TMA loads of k-tile ``k_tile`` of A and of B, once the stage is free; with the
+        config's ``l2_hints``, the L2 eviction priorities :data:`kernel.fused.config.L2_HINTS` names."""
+        mainloop_pipeline.producer_acquire(producer_state)
+        barrier = mainloop_pipeline.producer_get_barrier(producer_state)
+        if cutlass.const_expr(self.config.l2_hints != ""):
+            hint_a, hint_b = L2_HINTS[self.config.l2_hints]
+            cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)], tma_bar_ptr=barrier,
+                      cache_policy=cutlass.Int64(hint_a))
+            cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, producer_state.index)], tma_bar_ptr=barrier,
+                      cache_policy=cutlass.Int64(hint_b))
+        else:
+            cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)], tma_bar_ptr=barrier)
+            cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, producer_state.index)], tma_bar_ptr=barrier)
+        mainloop_pipeline.producer_commit(producer_state)
 
     @cute.jit
     def split_k_range(self, part: cutlass.Int32, splits: cutlass.Int32):

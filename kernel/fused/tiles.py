@@ -1,8 +1,9 @@
 """Which tile configuration a call uses: a pure function of (M, N, W, protocol, SM count), so every rank of a
 group, and every replay of a captured graph, picks the same one. Needs only the standard library.
 
-Both protocols compile 128x256, 128x224 and 64x128 (one consumer warpgroup) tiles; a call uses the config
-with the least estimated time (:func:`estimated_time`). Push: each config with the deep epilogue ring
+Both protocols compile 128x256, 128x224 and 64x128 (one consumer warpgroup) tiles, pull also 64x112 (where 64x128
+leaves SMs idle that 64x112 fills in the same waves: N = 7168, M <= 64) and its split-K configs (below); a call uses
+the config with the least estimated time (:func:`estimated_time`). Push: each config with the deep epilogue ring
 (:data:`kernel.fused.config.PUSH_EPI_STAGES`), tiles counted shard by shard as the push kernel tiles them.
 Pull (and the W = 1 GEMM): the 4-deep ring, tiles over the whole M x N (its partials are stored locally; the
 reduction after the GEMM takes any tile). Until the 7th session pull had 128x256 and 128x128 tiles (128x128
@@ -35,7 +36,10 @@ from .config import K_TILE, PUSH_EPI_STAGES, SPLIT_K_CHOICES, SPLIT_K_MAX_M, Gem
 SM_FLOPS_TWO_WARPGROUPS = 5.8e12
 SM_FLOPS_ONE_WARPGROUP = 4.6e12
 #: Load bandwidth of one SM (bytes/s) and of the whole L2 (bytes/s) the cost model assumes (fitted to the
-#: first H200 run; ``bench/bench_gemm.py --all-tiles`` measures every config to refit them).
+#: first H200 run; ``bench/bench_gemm.py --all-tiles`` measures every config to refit them). 10th session: L2 at
+#: 10e12 fits the W = 1 tables of the 9th and 10th sessions better (chosen / best column 0.998 / 0.982 on average,
+#: 0.992 / 0.976 now: it takes 64x128 over 128x224 at M = 256, K = 2048) but moves push's W = 2 choice at M = 256
+#: against its own measurement (first H200 run): not changed without a push measurement.
 SM_LOAD_BYTES_S = 120e9
 L2_BYTES_S = 8.5e12
 #: One SM's bandwidth for the split-K parts (plain 16-byte stores and L2 loads; bytes/s) and the fixed cost of
@@ -57,8 +61,15 @@ def kernel_configs(protocol: str, sm_count: int, epi_stages: int | None = None) 
     epi = epi_stages if epi_stages is not None else PUSH_EPI_STAGES if protocol == "push" else GemmConfig.epi_stages
     big, wide = GemmConfig(sm_count=sm_count, epi_stages=epi), GemmConfig(tile_n=224, sm_count=sm_count, epi_stages=epi)
     small = GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=128, sm_count=sm_count, epi_stages=epi)
-    if protocol == "pull":  # the split-K builds: pull and the W = 1 GEMM (the smallest tiles stay last)
-        return big, wide, replace(big, split_k=True), replace(wide, split_k=True), small
+    if protocol == "pull":
+        # the split-K builds (pull and the W = 1 GEMM), their TMA loads hinted: B evict-first (each weight is
+        # streamed once), so the parts' fp32 stores stay in L2 for the sum (+2-4% at M = 128, one H200, 10th
+        # session); and 64x112 tiles (128 of them at N = 7168, M <= 64, where 64x128 fill 112 SMs: torch.mm's
+        # choice there). The 64x128 tiles stay last (``small_m_config=`` replaces them).
+        narrow = GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=112, epi_tile_n=16, sm_count=sm_count,
+                            epi_stages=epi)
+        return (big, wide, replace(big, split_k=True, l2_hints="stream"),
+                replace(wide, split_k=True, l2_hints="stream"), narrow, small)
     return big, wide, small
 
 

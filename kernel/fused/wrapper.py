@@ -390,8 +390,8 @@ class FusedGemmRs(GemmRsImplementation):
         return pick_config(self.tile_configs(protocol), M, self.N, self.world_size, protocol, self.K)
 
     def uses_small_tiles(self, M: int) -> bool:
-        """Whether a call with M rows uses the smallest tiles (the small-M config)."""
-        return self.tile_config_index(M) == len(self.tile_configs(self.call_protocol(M))) - 1
+        """Whether a call with M rows uses 64-row tiles (one consumer warpgroup: 64x128, or pull's 64x112)."""
+        return self.tile_configs(self.call_protocol(M))[self.tile_config_index(M)].consumer_warpgroups == 1
 
     def tile_configs(self, protocol: str | None = None) -> tuple:
         """The tile configs this instance compiles for ``protocol`` (default: its first kernel protocol),

@@ -57,9 +57,11 @@ REFERENCE_SHA256_PULL_W2 = "790be026a83e4320ad81cfb297d30832392dc075c88dd90b6ec6
 # part's ready word (the ``unordered_part_signal`` build, one ``bar.sync`` fewer, survived the ci gate on an
 # H200): an edit that drops it changes this hash. Re-captured in the 9th session when each unit began to sum its
 # own column slice of the tile (the P parts loaded before the adds, unrolled to 4) and a tile's last unit to signal
-# the owners after the other slices' words (W > 1); the counts are the tests below.
-REFERENCE_SHA256_SPLIT_W2 = "901558d1531d7bb19194ce5849d5ffc6951069c6747d642c4ea9e5bfa67a4950"
-REFERENCE_SHA256_SPLIT_W1 = "9b48d7270898da049ac0f9119da4330e14d9bfbdc3c59236e245e411d5e90598"
+# the owners after the other slices' words (W > 1); the counts are the tests below. Re-captured in the 10th session
+# when the split-K builds' TMA loads took L2 eviction hints (``GemmConfig.l2_hints="stream"``; the producer's k-tile
+# index is now computed before the stage's acquire: one shared ``load_stage``).
+REFERENCE_SHA256_SPLIT_W2 = "1d7058006967ba33976ecdf7108fe9d767fc1e2f752486a1acb88f4b6808cee2"
+REFERENCE_SHA256_SPLIT_W1 = "c3b3b771d185043d67ee8e81f76c95753ade1836c21cde0158f310d1677bb204"
 REFERENCE_SHA256_PUSH_W2 = "0841c2c55916edad3d0815ed65917a3314114ed460ffd5fa1c84076144404f29"
 # The W == 1 GEMM. Exact hash since its consumer mainloop became the shared ``mma_tile`` helper; the
 # register-normalised hash (virtual register numbers and labels masked) is that of the kernel *before*
@@ -161,6 +163,26 @@ def test_default_builds_match_their_references(builds):
     assert _sha(builds[("push", 2, "")]) == REFERENCE_SHA256_PUSH_W2
     assert _sha(builds[("split", 2, "")]) == REFERENCE_SHA256_SPLIT_W2
     assert _sha(builds[("split", 1, "")]) == REFERENCE_SHA256_SPLIT_W1
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_split_k_loads_carry_their_l2_hints_and_the_default_builds_none(builds):
+    """The split-K builds' TMA loads carry A evict-last and B evict-first (``l2_hints="stream"``), as many of each
+    as the producer issues loads; the default pull and push builds carry the DSL's operand 0 only."""
+    import re
+
+    from kernel.fused.config import L2_EVICT_FIRST, L2_EVICT_LAST
+
+    def hints(ptx, value):
+        return len(re.findall(rf"mov\.b64\s+%rd\d+, {value};", ptx))
+
+    for W in (1, 2):
+        ptx = builds[("split", W, "")]
+        loads = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.tile\.mbarrier", ptx))
+        assert loads >= 2 and hints(ptx, L2_EVICT_FIRST) == hints(ptx, L2_EVICT_LAST) == loads // 2, (W, loads)
+    for protocol in ("pull", "push"):
+        assert hints(builds[(protocol, 2, "")], L2_EVICT_FIRST) == hints(builds[(protocol, 2, "")], L2_EVICT_LAST) == 0
 
 
 @pytest.mark.kernel

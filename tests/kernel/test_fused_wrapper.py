@@ -172,15 +172,20 @@ def test_tile_choice_is_a_function_of_m_and_fills_the_sms():
     from kernel.fused.tiles import kernel_configs, pick_config, tile_count
 
     pull = kernel_configs("pull", 132)
-    assert [(c.tile_m, c.tile_n, c.consumer_warpgroups, c.split_k) for c in pull] == [
-        (128, 256, 2, False), (128, 224, 2, False), (128, 256, 2, True), (128, 224, 2, True), (64, 128, 1, False)]
-    # pull tiles the whole M x N (W does not enter): 64-row tiles while 128-row ones leave SMs idle (M = 128:
-    # 112 tiles, not 28), one wave of 128x224 at M = 256 .. 2048 for N = 7168 (2048: 512 tiles in 4 full waves,
-    # not 448 in 4 waves the last 39% full), 128x256 from 4096. Without K no split-K config is a candidate.
+    assert [(c.tile_m, c.tile_n, c.consumer_warpgroups, c.split_k, c.l2_hints) for c in pull] == [
+        (128, 256, 2, False, ""), (128, 224, 2, False, ""), (128, 256, 2, True, "stream"),
+        (128, 224, 2, True, "stream"), (64, 112, 1, False, ""), (64, 128, 1, False, "")]
+    # pull tiles the whole M x N (W does not enter): 64-row tiles while 128-row ones leave SMs idle: 64x112 at M
+    # <= 64 for N = 7168 (64 tiles, 64x128: 56), 64x128 at M = 128 (112 tiles: 64x112's 128 cost more L2 bytes in
+    # the model), one wave of 128x224 at M = 256 .. 2048 for N = 7168 (2048: 512 tiles in 4 full waves, not 448 in
+    # 4 waves the last 39% full), 128x256 from 4096. Without K no split-K config is a candidate.
     chosen = {M: pick_config(pull, M, 7168, 2, "pull") for M in (1, 128, 256, 2048, 4096, 16384)}
-    assert chosen == {1: 4, 128: 4, 256: 1, 2048: 1, 4096: 0, 16384: 0}
+    assert chosen == {1: 4, 128: 5, 256: 1, 2048: 1, 4096: 0, 16384: 0}
     assert all(pick_config(pull, M, 7168, 16, "pull") == chosen[M] for M in chosen)
     assert pick_config(pull, 1024, 8192, 2, "pull") == 0 and pick_config(pull, 1024, 512, 2, "pull") == 4
+    # 64x112 where it fills more SMs in the same waves, never where its extra column tiles add a wave (N = 8192:
+    # 74 column tiles, 2 x 74 > 132)
+    assert pick_config(pull, 64, 8192, 2, "pull") == 4 and pick_config(pull, 128, 8192, 2, "pull") == 5
     push = kernel_configs("push", 132)
     assert [(c.tile_m, c.tile_n, c.consumer_warpgroups) for c in push] == [(128, 256, 2), (128, 224, 2),
                                                                           (64, 128, 1)]
@@ -211,7 +216,7 @@ def test_split_k_is_chosen_where_the_tiles_alone_leave_sms_idle_and_k_is_long():
         assert pick_splits(pull[2], M, 8192, 2048, 2) in (admissible_splits(pull[2], M, 2048) or (0,))
     for W in (1, 2, 16):
         for M, N, K, expected in ((192, 8192, 14336, (256, True, 2)), (256, 8192, 14336, (256, True, 2)),
-                                  (256, 7168, 14336, (224, True, 2)), (64, 8192, 14336, (128, False, 1)),
+                                  (256, 7168, 14336, (224, True, 2)), (64, 8192, 14336, (112, False, 1)),
                                   (256, 7168, 2048, (224, False, 1)), (128, 8192, 2048, (128, False, 1))):
             c = pull[pick_config(pull, M, N, W, "pull", K)]
             assert (c.tile_n, c.split_k, pick_splits(c, M, N, K, W)) == expected, (M, N, K, W)
