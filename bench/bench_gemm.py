@@ -89,7 +89,7 @@ def tile_columns(configs) -> list[tuple[str, int, int | None]]:
 
     cols = []
     for i, c in enumerate(configs):
-        name = f"{c.tile_m}x{c.tile_n}"
+        name = c.label
         cols += [(f"{name}/{p}", i, p) for p in SPLIT_K_CHOICES] if c.split_k else [(name, i, None)]
     return cols
 
@@ -141,7 +141,7 @@ def tile_name(impl, M) -> str:
     from kernel.fused.tiles import pick_splits
 
     c = impl.tile_configs()[impl.tile_config_index(M)]
-    return f"{c.tile_m}x{c.tile_n}" + (f" splitK P={pick_splits(c, M, impl.N, impl.K, 1)}" if c.split_k else "")
+    return c.label + (f" splitK P={pick_splits(c, M, impl.N, impl.K, 1)}" if c.split_k else "")
 
 
 def host_overhead_us(impl, M) -> float:

@@ -1,14 +1,15 @@
 """Sanitizer mode: a few small cases with every rank under NVIDIA compute-sanitizer.
 
     python -m fuzz.sanitize --impl fused --topology shared-gpu --world-sizes 2 [--tool memcheck|racecheck|synccheck]
-                            [--paths split]
+                            [--paths all|split|cluster]
 
 The ranks run as ``compute-sanitizer --tool=T --log-file=<pool logdir>/sanitizer-<pid>.log python -m
 fuzz.rank_worker`` (host API errors are not reported: CuTe DSL's architecture probe makes some on
 purpose). The cases (compute at unaligned M with exact inputs, alternation, a late rank, a rejected
 call, a graph replay) run as usual -- with ``--paths``, also the gate's cases of the kernel paths the
 implementation declares (``all``, or ``split``: those with device state of their own, the split-K ones of the fused
-kernel; :func:`fuzz.strategies.path_cases`); then the pool is closed so every sanitizer writes its summary, and
+kernel, or ``cluster``: the fused kernel's clustered tiles, whose CTAs fill each other's shared memory;
+:func:`fuzz.strategies.path_cases`); then the pool is closed so every sanitizer writes its summary, and
 the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` plus every case passed. Exit 0 / 1.
 """
 
@@ -28,13 +29,19 @@ SMALL = dict(N=512, K=256, max_M=1024)
 
 
 def cases(impl: str = "fused", world_size: int = 2, paths: str = "") -> list[Case]:
-    """The small cases, then (``paths``: ``all`` or ``split``) the declared paths' cases."""
+    """The small cases, then (``paths``: ``all``, ``split`` or ``cluster``) the declared paths' cases."""
     from .strategies import declared_paths, path_cases
 
-    declared = [(i, p) for i, p in enumerate(declared_paths(impl, world_size)) if paths == "all" or
-                (paths == "split" and p.replay)] if paths else []
+    def chosen(path) -> bool:
+        return (paths == "all" or (paths == "split" and path.replay)
+                or (paths == "cluster" and CLUSTER_LABEL.search(path.label) is not None))
+
+    declared = [(i, p) for i, p in enumerate(declared_paths(impl, world_size)) if chosen(p)] if paths else []
     return SMALL_CASES + [c for i, p in declared for c in path_cases(p, i)]
 
+
+#: A declared path of clustered tiles (``kernel.fused.config.GemmConfig.label``: ``64x128c2``).
+CLUSTER_LABEL = re.compile(r"\b\d+x\d+c\d+\b")
 
 SMALL_CASES = [
     Case("compute", seed=1, ms=[129, 7, 129], kind="exact", **SMALL),
@@ -67,9 +74,9 @@ def main(argv=None) -> int:
     ap.add_argument("--world-sizes", dest="world_size", type=int, default=2, help="W (one)")
     ap.add_argument("--world-size", dest="world_size", type=int, help=argparse.SUPPRESS)  # old spelling
     ap.add_argument("--tool", default="memcheck")
-    ap.add_argument("--paths", default="", choices=("", "all", "split"),
+    ap.add_argument("--paths", default="", choices=("", "all", "split", "cluster"),
                     help="also the cases of the implementation's declared kernel paths (split: those with device "
-                         "state of their own)")
+                         "state of their own; cluster: the clustered tiles)")
     ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
     ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")
     args = ap.parse_args(argv)

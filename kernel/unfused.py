@@ -103,6 +103,11 @@ class UnfusedGemmRs(GemmRsImplementation):
 
     def _gemm(self, x, w, partials: torch.Tensor) -> None:
         """partials (the workspace's first M rows) = x @ w.T, bf16 (torch GEMM, fp32 accumulate)."""
+        if x.device.type == "cpu" and not bool(torch.isfinite(x).all()):
+            # torch 2.13's CPU bf16 mm turns finite rows next to a NaN/Inf row into NaN (odd K, e.g. K = 5, 9,
+            # 33; 11th session): through fp32 there (one rounding to bf16, as an fp32-accumulating GEMM)
+            partials.copy_(torch.mm(x.float(), w.float().t()))
+            return
         with fp32_accumulation():
             torch.mm(x, w.t(), out=partials)
 

@@ -27,6 +27,8 @@ MAX_WORLD_SIZE = max(FUSED_WORLD_SIZES)
 #: Widths of the N tile the kernels are built for (wgmma n, 16-byte TMA rows, a whole number of
 #: 32-column epilogue sub-tiles): 224 fills 132 SMs better than 256 for N = 7168 at some M.
 TILE_N_CHOICES = (64, 112, 128, 192, 224, 256)
+#: CTAs per cluster along M a tile config may use (:attr:`GemmConfig.cluster_m`).
+CLUSTER_M_CHOICES = (1, 2)
 
 
 #: TMA load L2 cache-policy operands (``.L2::cache_hint``; CUTLASS's ``CacheHintSm90``): evict normal / first / last.
@@ -60,6 +62,11 @@ class GemmConfig:
     #: L2 eviction priorities of the mainloop's TMA loads, a key of :data:`L2_HINTS` (``stream``: A evict-last,
     #: B evict-first: at small M the weights stream from HBM once), or "" (the DSL's operand 0).
     l2_hints: str = ""
+    #: CTAs of a cluster along M (1 or 2; :data:`CLUSTER_M_CHOICES`): with 2, the two CTAs of a cluster run the two
+    #: M tiles of one column tile and each TMA-loads half of the shared B (weight) k-tile, multicast into both CTAs'
+    #: shared memory (an on-chip cluster multicast, ``.multicast::cluster``: no NVLink multicast object, no
+    #: ``multimem``), so the weights cross L2 once per cluster instead of once per CTA.
+    cluster_m: int = 1
 
     def validate(self) -> None:
         if self.tile_k != K_TILE:
@@ -74,6 +81,16 @@ class GemmConfig:
             raise ValueError(f"l2_hints must be one of {sorted(L2_HINTS)} or empty, got {self.l2_hints!r}")
         if self.group_n < 1 or self.sm_count < 1:
             raise ValueError("group_n and sm_count must be positive")
+        if self.cluster_m not in CLUSTER_M_CHOICES:
+            raise ValueError(f"cluster_m must be one of {CLUSTER_M_CHOICES}, got {self.cluster_m}")
+        if self.cluster_m > 1 and (self.split_k or self.sm_count % self.cluster_m):
+            raise ValueError("a clustered config (cluster_m > 1) takes no split-K, and its persistent grid (sm_count) "
+                             "must be whole clusters")
+
+    @property
+    def label(self) -> str:
+        """The tile's name in reports and paths: ``64x128``, ``64x128c2`` in clusters of two."""
+        return f"{self.tile_m}x{self.tile_n}" + (f"c{self.cluster_m}" if self.cluster_m > 1 else "")
 
     def check_shape(self, N: int, K: int) -> None:
         """The shapes a kernel of this config takes: K a positive multiple of the K tile, N of 8 (16-byte rows
@@ -221,6 +238,7 @@ def check_protocol(protocol: str, kernel: bool = False) -> str:
 
 
 __all__ = [
+    "CLUSTER_M_CHOICES",
     "GemmConfig",
     "TILE_N_CHOICES",
     "DEFAULT_ARCH",

@@ -49,10 +49,21 @@ during the epilogue.
 Shared memory (128x256x64 tile, bf16): 48 KiB per stage, 4 stages = 192 KiB, + 32 KiB epilogue ring
 + barriers, under the 227 KiB a CTA may use on H200. One CTA per SM.
 
-No ``multimem.*`` instruction is emitted (no multicast, cluster 1x1).
+No ``multimem.*`` instruction is emitted (no NVLink multicast object). Clusters (configs with ``cluster_m`` = 2, the
+64-row tiles of pull and the W == 1 GEMM, 11th session): the grid runs in clusters of two CTAs along x; the two run
+M tiles ``2i`` and ``2i + 1`` of the same column tile (:meth:`tile_coord`; an odd last M tile gets an idle twin whose
+loads read zeros past M and whose stores TMA clips), and each TMA-loads half of the B k-tile with
+``.multicast::cluster`` into both CTAs' stage (an on-chip copy into the cluster's shared memory, not NVLink
+multicast). A stage's *empty* barrier then counts the consumer warps of both CTAs (each releases to both), so a
+producer never refills a stage its twin still reads; the barriers' initialisation is fenced cluster-wide
+(``init_wait``), and ``producer_tail`` keeps a CTA alive until its twin released every stage it filled. The default
+build traces none of it (its PTX is pinned). Measured (one H200, 11th session, W = 1, vs torch.mm): M = 128 at
+N x K = 7168x2048 / 7168x14336 / 8192x2048 / 8192x14336: 0.95 / 1.09 / 0.99 / 0.98 (0.90 / 0.98 / 0.83 / 0.82
+before: 64x128 tiles or split-K).
 
 Configs used by the wrapper (:mod:`kernel.fused.tiles`, chosen per M by one cost model): 128x256x64,
-128x224x64 and 64x128x64 (one consumer warpgroup), for both protocols and the W == 1 GEMM (pull and W == 1 with
+128x224x64 and 64x128x64 (one consumer warpgroup), for both protocols and the W == 1 GEMM; pull also 64x112 and the
+clustered 64x112 / 64x128 (pull and W == 1 with
 the 4-deep epilogue ring, push with the deep one). Until the 7th session pull had 128x256 and 128x128. Pull and
 the W == 1 GEMM also have split-K builds of 128x256 and 128x224 (:mod:`kernel.fused.gemm_rs`; ``produce`` and
 ``mma_tile`` take a unit's k-tile range through ``splits`` / ``k_tiles``, and trace the unsplit loops unchanged
@@ -135,6 +146,7 @@ class HopperGemmBF16:
         if self.ab_stage < 2 or self.ab_stage > fit:
             raise ValueError(f"ab_stages={self.ab_stage} does not fit (at most {fit}, at least 2)")
         self.epilog_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
+        self.cluster_m = config.cluster_m
 
     def bind_shape(self, n, k) -> None:
         """N and K of what is traced next: Python ints, or the kernel's run-time ``Int32`` arguments (bound on
@@ -172,7 +184,8 @@ class HopperGemmBF16:
         """Host side, shared by every kernel: the tensors over x (M x K), w (N x K) and the C tile target
         (``c_rows`` x N at ``c_ptr``; default M rows), their TMA atoms, the persistent grid over the M x N
         tiles and the shared-storage struct.
-        Returns ((atom_a, tensor_a, atom_b, tensor_b, atom_c, tensor_c), num_m_tiles, grid_x)."""
+        Returns ((atom_a, tensor_a, atom_b, tensor_b, atom_c, tensor_c), num_m_tiles, grid_x); with
+        ``cluster_m`` > 1, ``num_m_tiles`` is rounded up to whole clusters (see :meth:`tile_coord`)."""
         self._setup()
         N, K = self.N, self.K
         mA = cute.make_tensor(x_ptr, cute.make_layout((m, K), stride=(K, 1)))
@@ -185,12 +198,21 @@ class HopperGemmBF16:
             cute.slice_(self.a_smem_layout_staged, (None, None, 0)),
             (self.tile_shape_mnk[0], self.tile_shape_mnk[2]),
         )
-        tma_atom_b, tma_tensor_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
-            mB,
-            cute.slice_(self.b_smem_layout_staged, (None, None, 0)),
-            (self.tile_shape_mnk[1], self.tile_shape_mnk[2]),
-        )
+        if cutlass.const_expr(self.cluster_m > 1):  # each CTA of the cluster loads 1/cluster_m of B, to all of them
+            tma_atom_b, tma_tensor_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp(),
+                mB,
+                cute.slice_(self.b_smem_layout_staged, (None, None, 0)),
+                (self.tile_shape_mnk[1], self.tile_shape_mnk[2]),
+                num_multicast=self.cluster_m,
+            )
+        else:
+            tma_atom_b, tma_tensor_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+                mB,
+                cute.slice_(self.b_smem_layout_staged, (None, None, 0)),
+                (self.tile_shape_mnk[1], self.tile_shape_mnk[2]),
+            )
         tma_atom_c, tma_tensor_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
             mC,
@@ -199,6 +221,8 @@ class HopperGemmBF16:
         )
 
         num_m_tiles = (m + self.tile_shape_mnk[0] - 1) // self.tile_shape_mnk[0]
+        if cutlass.const_expr(self.cluster_m > 1):  # whole clusters: a last odd M tile gets an idle (clipped) twin
+            num_m_tiles = (num_m_tiles + self.cluster_m - 1) // self.cluster_m * self.cluster_m
         num_tiles = num_m_tiles * self.num_n_tiles
         grid_x = cutlass.min(num_tiles, self.config.sm_count)
 
@@ -245,17 +269,33 @@ class HopperGemmBF16:
             num_m_tiles,
             n,
             k,
-        ).launch(
-            grid=[grid_x, 1, 1],
-            block=[self.threads_per_cta, 1, 1],
-            min_blocks_per_mp=1,
-            stream=stream,
-        )
+        ).launch(**self.launch_shape(grid_x, stream))
+
+    def launch_shape(self, grid_x, stream) -> dict:
+        """The launch arguments of every kernel: ``grid_x`` CTAs of ``threads_per_cta``, one per SM, in clusters of
+        ``cluster_m`` along x when the config has them."""
+        shape = dict(grid=[grid_x, 1, 1], block=[self.threads_per_cta, 1, 1], min_blocks_per_mp=1, stream=stream)
+        if self.cluster_m > 1:
+            shape["cluster"] = [self.cluster_m, 1, 1]
+        return shape
 
     # --- device side ------------------------------------------------------------------------------
     @cute.jit
     def tile_coord(self, tile_idx: cutlass.Int32, num_m_tiles: cutlass.Int32):
-        """Linear tile index -> (m_tile, n_tile), grouped raster of ``group_n`` column tiles."""
+        """Linear tile index -> (m_tile, n_tile), grouped raster of ``group_n`` column tiles. With ``cluster_m`` > 1
+        (``num_m_tiles`` whole clusters): index ``c * cluster_m + r`` is M tile ``cluster_m * i + r`` of the column
+        tile that cluster tile ``c`` takes in the raster of the (M / cluster_m) x N cluster tiles; a CTA's indices
+        ``bidx + j * gdim`` keep its rank in the cluster ``r = bidx % cluster_m`` (gdim is whole clusters), so the
+        CTAs of a cluster run the same column tile, step for step."""
+        if cutlass.const_expr(self.cluster_m > 1):
+            cluster_tile = tile_idx // self.cluster_m
+            pair_m, n_tile = self.raster_coord(cluster_tile, num_m_tiles // self.cluster_m)
+            return pair_m * self.cluster_m + (tile_idx - cluster_tile * self.cluster_m), n_tile
+        return self.raster_coord(tile_idx, num_m_tiles)
+
+    @cute.jit
+    def raster_coord(self, tile_idx: cutlass.Int32, num_m_tiles: cutlass.Int32):
+        """The grouped raster of :meth:`tile_coord` over ``num_m_tiles`` x N tiles."""
         group_n = self.config.group_n
         tiles_per_group = num_m_tiles * group_n
         group = tile_idx // tiles_per_group
@@ -272,7 +312,8 @@ class HopperGemmBF16:
         """Every CTA's set-up, shared by the GEMM and the GEMM-RS kernels: TMA descriptor prefetch, shared
         memory, the TMA->wgmma mainloop pipeline (barriers initialised, not yet waited on), the TMA and
         MMA partitions, the accumulator fragment. The TMA partitions come as ``(tAsA, tAgA, tBsB, tBgB, sA)``
-        (``sA``, the A stages, for kernels whose A tiles do not sit on the M-tile grid)."""
+        (``sA``, the A stages, for kernels whose A tiles do not sit on the M-tile grid; with ``cluster_m`` > 1 a sixth
+        entry, the multicast mask of the B loads: this CTA's share of B goes to every CTA of the cluster)."""
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -293,17 +334,22 @@ class HopperGemmBF16:
         storage = smem.allocate(self.shared_storage)
 
         producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread)
-        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_consumer_wg * 4)
+        # a stage is free once every consumer warp of every CTA its loads fill has released it (in a cluster: the
+        # B share this CTA multicasts lands in each CTA of the cluster)
+        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_consumer_wg * 4 * self.cluster_m)
         mainloop_pipeline = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mainloop_barriers.data_ptr(),
             num_stages=self.ab_stage,
             producer_group=producer_group,
             consumer_group=consumer_group,
             tx_count=tma_copy_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            cta_layout_vmnk=cute.make_layout((1, self.cluster_m, 1, 1)),
             defer_sync=True,
         )
-        pipeline.pipeline_init_arrive()
+        if cutlass.const_expr(self.cluster_m > 1):
+            pipeline.pipeline_init_arrive(cluster_shape_mn=self.cluster_layout(), is_relaxed=True)
+        else:
+            pipeline.pipeline_init_arrive()
 
         sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
         sB = storage.sB.get_tensor(b_smem_layout_staged.outer, swizzle=b_smem_layout_staged.inner)
@@ -317,8 +363,12 @@ class HopperGemmBF16:
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
         )
+        b_rank = 0
+        if cutlass.const_expr(self.cluster_m > 1):
+            b_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
+            tma_atom_b, b_rank, cute.make_layout(self.cluster_m), cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2)
         )
 
         warp_group_idx = cute.arch.make_warp_uniform(tidx // self.threads_per_warpgroup)
@@ -330,8 +380,24 @@ class HopperGemmBF16:
         tCrB = tiled_mma.make_fragment_B(tCsB)
         tCgC = thr_mma.partition_C(gC[(None, None, 0, 0)])
         accumulators = cute.make_rmem_tensor(tCgC.shape, self.acc_dtype)
-        return (tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, (tAsA, tAgA, tBsB, tBgB, sA),
+        tma_parts = (tAsA, tAgA, tBsB, tBgB, sA)
+        if cutlass.const_expr(self.cluster_m > 1):  # the B loads go to every CTA of the cluster
+            tma_parts = tma_parts + (cutlass.Int16((1 << self.cluster_m) - 1),)
+        return (tidx, bidx, gdim, warp_idx, warp_group_idx, mainloop_pipeline, sC, gC, tma_parts,
                 tCrA, tCrB, accumulators)
+
+    def cluster_layout(self):
+        """The cluster's CTAs along (M, N): ``(cluster_m, 1)``."""
+        return cute.make_layout((self.cluster_m, 1))
+
+    @cute.jit
+    def init_wait(self):
+        """After :meth:`prologue`: every thread of the CTA (of the cluster, with ``cluster_m`` > 1) past the
+        barriers' initialisation, before any of them is used."""
+        if cutlass.const_expr(self.cluster_m > 1):
+            pipeline.pipeline_init_wait(cluster_shape_mn=self.cluster_layout())
+        else:
+            pipeline.pipeline_init_wait()
 
     @cute.jit
     def k_tiles_of(self, tma_parts, tile_idx: cutlass.Int32, schedule):
@@ -348,6 +414,7 @@ class HopperGemmBF16:
         order of :meth:`k_tiles_of` (each kernel's tile order). ``splits`` (a split-K build, run-time P): work
         units ``tile * P + part`` instead of tiles, each the k-tiles of :meth:`split_k_range`."""
         tAsA, tBsB = tma_parts[0], tma_parts[2]
+        b_mask = tma_parts[5] if cutlass.const_expr(self.cluster_m > 1) else None
         producer_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
         if cutlass.const_expr(splits is None):
             tile_idx = bidx
@@ -355,7 +422,7 @@ class HopperGemmBF16:
                 tAgA_m, tBgB_n = self.k_tiles_of(tma_parts, tile_idx, schedule)
                 for k_tile in range(self.k_tile_cnt):
                     self.load_stage(tma_atom_a, tma_atom_b, tAgA_m, tBgB_n, tAsA, tBsB, k_tile, mainloop_pipeline,
-                                    producer_state)
+                                    producer_state, b_mask)
                     producer_state.advance()
                 tile_idx += gdim
         else:
@@ -373,12 +440,17 @@ class HopperGemmBF16:
 
     @cute.jit
     def load_stage(self, tma_atom_a, tma_atom_b, tAgA_m, tBgB_n, tAsA, tBsB, k_tile, mainloop_pipeline,
-                   producer_state):
+                   producer_state, b_mask=None):
         """One pipeline stage: TMA loads of k-tile ``k_tile`` of A and of B, once the stage is free; with the
-        config's ``l2_hints``, the L2 eviction priorities :data:`kernel.fused.config.L2_HINTS` names."""
+        config's ``l2_hints``, the L2 eviction priorities :data:`kernel.fused.config.L2_HINTS` names; with
+        ``b_mask`` (a clustered config), this CTA's share of B multicast to the CTAs of the mask."""
         mainloop_pipeline.producer_acquire(producer_state)
         barrier = mainloop_pipeline.producer_get_barrier(producer_state)
-        if cutlass.const_expr(self.config.l2_hints != ""):
+        if cutlass.const_expr(b_mask is not None):
+            cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)], tma_bar_ptr=barrier)
+            cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, producer_state.index)], tma_bar_ptr=barrier,
+                      mcast_mask=b_mask)
+        elif cutlass.const_expr(self.config.l2_hints != ""):
             hint_a, hint_b = L2_HINTS[self.config.l2_hints]
             cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, producer_state.index)], tma_bar_ptr=barrier,
                       cache_policy=cutlass.Int64(hint_a))
@@ -463,7 +535,7 @@ class HopperGemmBF16:
             self.prologue(tma_atom_a, mA_mk, tma_atom_b, mB_nk, tma_atom_c, mC_mn, tiled_mma,
                           a_smem_layout_staged, b_smem_layout_staged, epi_smem_layout_staged))
         num_tiles = num_m_tiles * self.num_n_tiles
-        pipeline.pipeline_init_wait()
+        self.init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)

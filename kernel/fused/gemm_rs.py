@@ -113,7 +113,6 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, Int64
 
 from . import ptx
@@ -187,12 +186,7 @@ class HopperGemmRsBF16(CrossRankGemm):
             partial_ptrs,
             flag_ptrs,
             split_args,
-        ).launch(
-            grid=[grid_x, 1, 1],
-            block=[self.threads_per_cta, 1, 1],
-            min_blocks_per_mp=1,
-            stream=stream,
-        )
+        ).launch(**self.launch_shape(grid_x, stream))
 
     # --- device side: flags -----------------------------------------------------------------------
     @cute.jit
@@ -311,7 +305,7 @@ class HopperGemmRsBF16(CrossRankGemm):
         splits = None
         if cutlass.const_expr(self.split):
             splits = cutlass.min(cutlass.min(split_args[2], self.k_tile_cnt), SPLIT_K_MAX)
-        pipeline.pipeline_init_wait()
+        self.init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)

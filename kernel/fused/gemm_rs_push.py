@@ -151,7 +151,6 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32, Int64
 
 from . import ptx, push_order
@@ -178,6 +177,8 @@ class HopperGemmRsPushBF16(CrossRankGemm):
         super().__init__(*args, **kwargs)
         if self.config.split_k:
             raise ValueError("split-K is a pull-protocol build (the push kernel pushes whole-K partial tiles)")
+        if self.config.cluster_m > 1:
+            raise ValueError("clustered tiles are pull-protocol builds (the push kernel's tile orders are per CTA)")
         check_push_build(order, experiment)
         if experiment and experiment not in KERNEL_EXPERIMENTS:
             raise ValueError(f"push experiment {experiment!r} is not a kernel build (the wrapper's)")
@@ -389,7 +390,7 @@ class HopperGemmRsPushBF16(CrossRankGemm):
         num_tiles = self.world_size * mt_per_shard * self.num_n_tiles
         schedule = (shard, mt_per_shard, rank, tma_atom_a, mA_mk, gdim, num_tiles)
         no_mma = self.experiment == "no_mma"
-        pipeline.pipeline_init_wait()
+        self.init_wait()
 
         if warp_group_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)

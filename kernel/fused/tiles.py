@@ -18,6 +18,10 @@ and B k-tiles, from L2): at small M the loads dominate, so a tile's time is far 
 bandwidth, waves x tile bytes over one SM's load bandwidth. K scales every term, so it does not enter the
 choice.
 
+Clusters (pull and the W = 1 GEMM; configs with ``cluster_m`` = 2): the 64-row tiles also run in clusters of two
+CTAs along M, each TMA-loading half of the shared B k-tile and multicasting it to both: the L2 term counts B once
+per cluster; the tile count is whole clusters (an odd last M tile gets an idle twin, clipped).
+
 Split-K (pull and the W = 1 GEMM; configs with ``split_k``): where the M x N tiles are too few to fill the SMs
 (M <= :data:`kernel.fused.config.SPLIT_K_MAX_M`), a config may cut K into P parts (P in
 :data:`kernel.fused.config.SPLIT_K_CHOICES`, at most K's k-tiles): P times the work units, each 1/P of the MMA
@@ -51,7 +55,7 @@ L2_BYTES_S = 8.5e12
 #: the best column on average (7.5% at worst: 64x128 at M = 256, K = 2048, where 128x224 is picked); the values
 #: are the first fit's, which this range holds. The phase is not what bounds M = 128: the split kernels run there
 #: at ~3.2 TB/s of weights from HBM, torch.mm at ~3.9 (``docs/DESIGN-splitk.md``).
-SM_PART_BYTES_S = 25e9
+SM_PART_BYTES_S = 15e9
 SPLIT_PHASE_S = 2e-6
 
 
@@ -66,10 +70,15 @@ def kernel_configs(protocol: str, sm_count: int, epi_stages: int | None = None) 
         # streamed once), so the parts' fp32 stores stay in L2 for the sum (+2-4% at M = 128, one H200, 10th
         # session); and 64x112 tiles (128 of them at N = 7168, M <= 64, where 64x128 fill 112 SMs: torch.mm's
         # choice there). The 64x128 tiles stay last (``small_m_config=`` replaces them).
+        # The 64-row tiles also in clusters of two along M (11th session): the two CTAs of a cluster share each B
+        # k-tile, loaded half by each and multicast to both, so the weights cross L2 once per two M tiles (as
+        # cuBLAS's 2-CTA clusters at M = 128); where the sm_count is no whole number of clusters, none. Of equal
+        # estimates the first is taken: 64x112 before its clustered twin (no idle twin at M <= 64).
         narrow = GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=112, epi_tile_n=16, sm_count=sm_count,
                             epi_stages=epi)
+        clustered = (replace(narrow, cluster_m=2), replace(small, cluster_m=2)) if sm_count % 2 == 0 else ()
         return (big, wide, replace(big, split_k=True, l2_hints="stream"),
-                replace(wide, split_k=True, l2_hints="stream"), narrow, small)
+                replace(wide, split_k=True, l2_hints="stream"), narrow) + clustered + (small,)
     return big, wide, small
 
 
@@ -77,7 +86,9 @@ def tile_count(config: GemmConfig, M: int, N: int, world_size: int, shard_local:
     """Tiles of one call: over M x N, or (``shard_local``, the push kernel) over each of the W shards."""
     rows = -(-M // world_size) if shard_local else M
     shards = world_size if shard_local else 1
-    return shards * -(-rows // config.tile_m) * -(-N // config.tile_n)
+    m_tiles = -(-rows // config.tile_m)
+    m_tiles = -(-m_tiles // config.cluster_m) * config.cluster_m  # whole clusters (an idle twin past M)
+    return shards * m_tiles * -(-N // config.tile_n)
 
 
 def estimated_time(config: GemmConfig, M: int, N: int, world_size: int, shard_local: bool, splits: int = 1,
@@ -88,7 +99,8 @@ def estimated_time(config: GemmConfig, M: int, N: int, world_size: int, shard_lo
     waves = -(-tiles * splits // config.sm_count)
     flops = SM_FLOPS_TWO_WARPGROUPS if config.consumer_warpgroups == 2 else SM_FLOPS_ONE_WARPGROUP
     tile_bytes = 2 * (config.tile_m + config.tile_n)
-    gemm = max(waves * 2 * config.tile_m * config.tile_n / flops / splits, tiles * tile_bytes / L2_BYTES_S,
+    l2_tile_bytes = 2 * (config.tile_m + config.tile_n / config.cluster_m)  # a cluster's CTAs share the B k-tile
+    gemm = max(waves * 2 * config.tile_m * config.tile_n / flops / splits, tiles * l2_tile_bytes / L2_BYTES_S,
                waves * tile_bytes / SM_LOAD_BYTES_S / splits)
     if splits == 1:
         return gemm

@@ -143,9 +143,9 @@ def check_weight(weight, N: int, K: int, device: torch.device) -> str | None:
 
 #: Where :meth:`FusedGemmRs.declared_paths` looks for a call of each tile config: (N, K) shapes and row counts,
 #: cheapest first. The long-K ones are the smallest weights (24-41 MiB) whose calls take each split-K config and
-#: number of K parts (a first choice of 8192 x 8192 weights took 8-9 GiB per rank with the fp64 truth: W = 16 ran
-#: a GPU out of memory).
-PATH_SHAPES = ((512, 256), (3584, 3584), (4096, 4608), (3072, 5632), (2560, 6656), (1536, 13824))
+#: number of K parts (since the clustered 64-row tiles, 11th session: P = 3 only, at M = 448 .. 511; a first choice
+#: of 8192 x 8192 weights took 8-9 GiB per rank with the fp64 truth: W = 16 ran a GPU out of memory).
+PATH_SHAPES = ((512, 256), (3584, 3584), (4096, 4608), (3072, 5632), (2304, 7168), (2560, 8192))
 PATH_MS = (1, 64, 129, 255, 256, 257, 384, 448, 511, 1000, 2048, 4096, 8192)
 
 
@@ -274,7 +274,8 @@ class FusedGemmRs(GemmRsImplementation):
         """One call per tile config of the class's protocol (``auto``: of the default one) at ``world_size``, as
         :func:`kernel.fused.tiles.pick_config` chooses on a 132-SM GPU (H100 SXM, H200): the largest, the
         224-wide, the split-K ones (one path per number of K parts: the k-tile ranges differ; replayed in a
-        graph too: their part ready words are epoch-flagged device state of their own) and the 64-row tiles, each
+        graph too: their part ready words are epoch-flagged device state of their own) and the 64-row tiles (the
+        clustered ones also with an odd number of M tiles: an idle twin CTA in the last cluster), each
         found in :data:`PATH_SHAPES` x :data:`PATH_MS`. Empty for a group size the kernel does not support."""
         from .config import GemmConfig
         from .tiles import kernel_configs, pick_config, pick_splits
@@ -290,7 +291,9 @@ class FusedGemmRs(GemmRsImplementation):
                 i = pick_config(configs, M, N, world_size, protocol, K)
                 c = configs[i]
                 parts = f" split-K P={pick_splits(c, M, N, K, world_size)}" if c.split_k else ""
-                found.setdefault((i, parts), KernelPath(f"{protocol} {c.tile_m}x{c.tile_n}{parts}", N, K, M,
+                if c.cluster_m > 1 and -(-M // c.tile_m) % c.cluster_m:
+                    parts = " idle twin"  # the last cluster's second CTA past M: loads zeros, stores nothing
+                found.setdefault((i, parts), KernelPath(f"{protocol} {c.label}{parts}", N, K, M,
                                                         replay=c.split_k))
         return tuple(found[key] for key in sorted(found))
 
@@ -365,7 +368,7 @@ class FusedGemmRs(GemmRsImplementation):
         elif splits not in admissible_splits(config, M, self.K):
             raise ValueError(f"split-K with P={splits} cannot run at M={M}, K={self.K}")
         if splits == 0 or self._split is None:
-            raise ValueError(f"the split-K config {config.tile_m}x{config.tile_n} cannot run at M={M}, K={self.K}")
+            raise ValueError(f"the split-K config {config.label} cannot run at M={M}, K={self.K}")
         self._split.check_fits(tile_count(config, M, self.N, self.world_size, False) * splits,
                                config.tile_m * config.tile_n * 4)
         return self._split.parts.data_ptr(), self._split.ready.data_ptr(), splits

@@ -106,9 +106,9 @@ def test_all_tiles_table_marks_the_chosen_config():
     pull = kernel_configs("pull", 132)
     labels = [label for label, _, _ in mod.tile_columns(pull)]
     assert labels == ["128x256", "128x224", "128x256/2", "128x256/3", "128x256/4", "128x224/2", "128x224/3",
-                      "128x224/4", "64x112", "64x128"]
+                      "128x224/4", "64x112", "64x112c2", "64x128c2", "64x128"]
     assert [p for _, _, p in mod.tile_columns(pull)][2:5] == [2, 3, 4]
-    text = mod.render_all_tiles(pull, [(128, 8192, 14336, 4, [float(i) for i in range(10)], 485.6)])
+    text = mod.render_all_tiles(pull, [(128, 8192, 14336, 4, [float(i) for i in range(12)], 485.6)])
     assert "4.0*" in text.splitlines()[-1] and "128x256/4" in text
 
 
