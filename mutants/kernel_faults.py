@@ -85,6 +85,16 @@ class FusedUnwaitedSlices(_FaultedFused):
     faults = ("unwaited_slices",)
 
 
+class FusedClusterLocalRelease(_FaultedFused):
+    name = "fused-fault-cluster-local-release"
+    faults = ("cluster_local_release",)
+
+
+class FusedClusterUnawareSchedule(_FaultedFused):
+    name = "fused-fault-cluster-unaware-schedule"
+    faults = ("cluster_unaware_schedule",)
+
+
 class FusedPushConsumerFenceMissing(_FaultedFusedPush):
     name = "fused-push-fault-consumer-fence-missing"
     faults = ("consumer_fence_missing",)
@@ -159,6 +169,17 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
                   "within_tolerance / fresh_per_call at W > 1 (the owner sums columns of the previous call); "
                   "timing-dependent: the slices are stored by units running side by side. Caught statically by "
                   "the pinned split-K PTX too (no slice-word spins)"),
+    GpuMutantSpec("FusedClusterLocalRelease", "cluster_local_release",
+                  "clustered tiles: a stage's empty barrier counts this CTA's consumer warps only; the twin's "
+                  "releases complete extra phases, so a producer refills a stage the twin still reads",
+                  "within_tolerance / bitwise_equal on a clustered path (test_kernel_paths: 64x112c2, 64x128c2), "
+                  "or a HANG (the producer waits on a phase parity the extra arrivals flipped); caught statically "
+                  "by the clustered builds' barrier counts (tests/kernel/test_fault_builds.py)"),
+    GpuMutantSpec("FusedClusterUnawareSchedule", "cluster_unaware_schedule",
+                  "clustered tiles: the twins take tiles of the plain raster (other column tiles) while each "
+                  "multicasts half of its own B k-tile to both",
+                  "within_tolerance / bitwise_equal on a clustered path (half of every B k-tile is the twin's "
+                  "column tile)"),
     GpuMutantSpec("FusedPushConsumerFenceMissing", "consumer_fence_missing",
                   "push: no proxy fence between acquiring an owner's inbox-free flag and the TMA pushes into it",
                   "within_tolerance at a late owner (a push of call e+1 lands while the owner reads call e); "
@@ -193,6 +214,8 @@ def spec(name: str) -> GpuMutantSpec:
 __all__ = [
     "GPU_CATALOGUE",
     "FusedBf16Parts",
+    "FusedClusterLocalRelease",
+    "FusedClusterUnawareSchedule",
     "FusedDroppedPart",
     "FusedDroppedPeer",
     "FusedPaddingWritten",

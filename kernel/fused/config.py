@@ -182,6 +182,13 @@ FAULT_PROTOCOL = {
                                       "stores, without the barrier that orders the other threads' stores first"),
     "unwaited_slices": ("pull", "split-K, W > 1: a tile's last unit signals the owners without waiting for the "
                                 "other units' slices of the tile (an owner can read columns not stored yet)"),
+    # clustered builds of the pull kernel (kernel.fused.gemm, configs with cluster_m > 1)
+    "cluster_local_release": ("pull", "clustered tiles: a stage's empty barrier counts this CTA's consumer warps only "
+                                      "(not its twin's, which release to it too): a producer may refill a stage "
+                                      "the twin is still reading"),
+    "cluster_unaware_schedule": ("pull", "clustered tiles: the CTAs of a cluster take tiles of the plain raster "
+                                         "(different column tiles) while each multicasts half of its B k-tile "
+                                         "to both"),
     # push protocol (kernel.fused.gemm_rs_push)
     "consumer_fence_missing": ("push", "no fence.proxy.async between acquiring an owner's inbox-free flag and "
                                        "the TMA pushes into that inbox (async-proxy writes not ordered after "
@@ -196,6 +203,8 @@ KERNEL_FAULTS = tuple(FAULT_PROTOCOL)
 #: The faults that plant bugs in the split-K phase only (no effect on a build without ``split_k``); the only ones a
 #: W == 1 split-K GEMM is built with, less :data:`SPLIT_K_CROSS_RANK_FAULTS`.
 SPLIT_K_FAULTS = ("dropped_part", "bf16_parts", "unordered_part_signal", "unwaited_slices")
+#: The faults that plant bugs in the clustered builds only (no effect without ``cluster_m`` > 1).
+CLUSTER_FAULTS = ("cluster_local_release", "cluster_unaware_schedule")
 #: Split-K faults in the signalling of the tile's owners: a W == 1 build has none (``ValueError``).
 SPLIT_K_CROSS_RANK_FAULTS = ("unwaited_slices",)
 
@@ -238,6 +247,7 @@ def check_protocol(protocol: str, kernel: bool = False) -> str:
 
 
 __all__ = [
+    "CLUSTER_FAULTS",
     "CLUSTER_M_CHOICES",
     "GemmConfig",
     "TILE_N_CHOICES",

@@ -57,8 +57,11 @@ loads read zeros past M and whose stores TMA clips), and each TMA-loads half of 
 multicast). A stage's *empty* barrier then counts the consumer warps of both CTAs (each releases to both), so a
 producer never refills a stage its twin still reads; the barriers' initialisation is fenced cluster-wide
 (``init_wait``), and ``producer_tail`` keeps a CTA alive until its twin released every stage it filled. The default
-build traces none of it (its PTX is pinned). Measured (one H200, 11th session, W = 1, vs torch.mm): M = 128 at
-N x K = 7168x2048 / 7168x14336 / 8192x2048 / 8192x14336: 0.95 / 1.09 / 0.99 / 0.98 (0.90 / 0.98 / 0.83 / 0.82
+build traces none of it (its PTX is pinned). Fault-injected builds (pull, the GPU kill matrix):
+``cluster_local_release`` (the empty barriers count this CTA's consumer warps only) and ``cluster_unaware_schedule``
+(the twins take tiles of the plain raster, other column tiles, while multicasting their B halves to each other).
+Measured (one H200, 11th session, W = 1, vs torch.mm): M = 128 at
+N x K = 7168x2048 / 7168x14336 / 8192x2048 / 8192x14336: 0.94 / 1.11 / 0.99 / 0.99 (0.90 / 0.98 / 0.83 / 0.82
 before: 64x128 tiles or split-K).
 
 Configs used by the wrapper (:mod:`kernel.fused.tiles`, chosen per M by one cost model): 128x256x64,
@@ -147,6 +150,7 @@ class HopperGemmBF16:
             raise ValueError(f"ab_stages={self.ab_stage} does not fit (at most {fit}, at least 2)")
         self.epilog_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
         self.cluster_m = config.cluster_m
+        self.faults = frozenset()  # fault-injected builds: the GEMM-RS kernels' (kernel.fused.rs_protocol)
 
     def bind_shape(self, n, k) -> None:
         """N and K of what is traced next: Python ints, or the kernel's run-time ``Int32`` arguments (bound on
@@ -287,7 +291,7 @@ class HopperGemmBF16:
         tile that cluster tile ``c`` takes in the raster of the (M / cluster_m) x N cluster tiles; a CTA's indices
         ``bidx + j * gdim`` keep its rank in the cluster ``r = bidx % cluster_m`` (gdim is whole clusters), so the
         CTAs of a cluster run the same column tile, step for step."""
-        if cutlass.const_expr(self.cluster_m > 1):
+        if cutlass.const_expr(self.cluster_m > 1 and "cluster_unaware_schedule" not in self.faults):
             cluster_tile = tile_idx // self.cluster_m
             pair_m, n_tile = self.raster_coord(cluster_tile, num_m_tiles // self.cluster_m)
             return pair_m * self.cluster_m + (tile_idx - cluster_tile * self.cluster_m), n_tile
@@ -336,7 +340,8 @@ class HopperGemmBF16:
         producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread)
         # a stage is free once every consumer warp of every CTA its loads fill has released it (in a cluster: the
         # B share this CTA multicasts lands in each CTA of the cluster)
-        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_consumer_wg * 4 * self.cluster_m)
+        releasing_ctas = 1 if "cluster_local_release" in self.faults else self.cluster_m
+        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_consumer_wg * 4 * releasing_ctas)
         mainloop_pipeline = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mainloop_barriers.data_ptr(),
             num_stages=self.ab_stage,

@@ -22,14 +22,15 @@ import re
 import pytest
 
 from kernel.fused import cutlass_available
-from kernel.fused.config import FAULT_PROTOCOL, SPLIT_K_CROSS_RANK_FAULTS
+from kernel.fused.config import CLUSTER_FAULTS, FAULT_PROTOCOL, SPLIT_K_CROSS_RANK_FAULTS
 from kernel.fused.config import SPLIT_K_FAULTS as SPLIT_FAULTS
 from kernel.fused.wrapper import KERNEL_FAULTS, FusedGemmRs, normalize_faults
 
 needs_cutlass = pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
 
 N, K = 512, 256
-PULL_FAULTS = tuple(f for f in KERNEL_FAULTS if FAULT_PROTOCOL[f][0] == "pull" and f not in SPLIT_FAULTS)
+PULL_FAULTS = tuple(f for f in KERNEL_FAULTS
+                    if FAULT_PROTOCOL[f][0] == "pull" and f not in SPLIT_FAULTS and f not in CLUSTER_FAULTS)
 PUSH_FAULTS = tuple(f for f in KERNEL_FAULTS if FAULT_PROTOCOL[f][0] == "push")
 
 # sha256 of the PTX of the default builds for (N=512, K=256, the protocol's largest tile config, sm_90a,
@@ -105,12 +106,13 @@ def builds():
     plan = [("pull", 2, ("",) + PULL_FAULTS), ("pull", 4, ("", "dropped_peer", "relaxed_signal")),
             ("push", 2, ("",) + PUSH_FAULTS), ("push", 4, ("", "early_signal")),
             ("split", 1, ("",) + tuple(f for f in SPLIT_FAULTS if f not in SPLIT_K_CROSS_RANK_FAULTS)),
-            ("split", 2, ("",) + SPLIT_FAULTS)]
+            ("split", 2, ("",) + SPLIT_FAULTS), ("cluster", 2, ("",) + CLUSTER_FAULTS)]
     out = {}
     for protocol, W, faults in plan:
         for f in faults:
             out[(protocol, W, f)] = get_compiled_rs(N, K, _config(protocol), W, faults=(f,) if f else (),
-                                                    protocol="pull" if protocol == "split" else protocol).ptx
+                                                    protocol="pull" if protocol in ("split", "cluster") else
+                                                    protocol).ptx
     return out
 
 
@@ -121,6 +123,8 @@ def _config(protocol):
 
     if protocol == "split":
         return next(c for c in kernel_configs("pull", 132) if c.split_k)
+    if protocol == "cluster":
+        return next(c for c in kernel_configs("pull", 132) if c.cluster_m > 1 and c.tile_n == 128)
     return kernel_configs(protocol, 132)[0]
 
 
@@ -317,6 +321,30 @@ def test_split_k_faults_change_what_their_bug_class_says(builds):
     # the last unit's spin on the other slices' words is gone (a spin is 2 loads), nothing else
     assert _count(unwaited, LD_ACQUIRE) == _count(base, LD_ACQUIRE) - 2
     assert _count(unwaited, ST_RELEASE) == _count(base, ST_RELEASE)
+
+
+@pytest.mark.kernel
+@needs_cutlass
+def test_cluster_faults_change_what_their_bug_class_says(builds):
+    """``cluster_local_release``: the empty barriers count 4 consumer warps (this CTA's) instead of 8, the
+    releases unchanged (each warp still arrives at both CTAs); ``cluster_unaware_schedule``: the same loads,
+    multicasts and barriers, other tile arithmetic; the faults leave an unclustered build as it is."""
+    def counts(ptx):
+        movs = dict(re.findall(r"mov\.b32\s+(%r\d+), (\d+);", ptx))
+        return {int(movs.get(r, -1)) for r in re.findall(r"mbarrier\.init\.shared\.b64\s+\[[^\]]+\], (%r\d+);", ptx)}
+
+    base, local = builds[("cluster", 2, "")], builds[("cluster", 2, "cluster_local_release")]
+    assert counts(base) == {1, 8} and counts(local) == {1, 4}
+    remote = r"mbarrier\.arrive\.shared::cluster\.b64"
+    assert _count(local, remote) == _count(base, remote) >= 1
+    unaware = builds[("cluster", 2, "cluster_unaware_schedule")]
+    multicast = r"multicast::cluster"
+    assert counts(unaware) == {1, 8} and _count(unaware, multicast) == _count(base, multicast) >= 1
+    assert unaware != base
+    from kernel.fused.compile import get_compiled_rs
+
+    for f in CLUSTER_FAULTS:  # no effect on an unclustered build (its PTX is the default's)
+        assert get_compiled_rs(N, K, _config("pull"), 2, faults=(f,)).ptx == builds[("pull", 2, "")]
 
 
 @pytest.mark.kernel

@@ -261,3 +261,58 @@ def test_cache_digest_covers_key_and_source(compile_mod):
         compile_mod.RsCompileKey(_cfg(), 2, faults=frozenset({"dropped_peer"})))
     assert set(compile_mod._KERNEL_SOURCES) >= {"gemm.py", "gemm_rs.py", "gemm_rs_push.py", "rs_protocol.py",
                                                  "ptx.py", "config.py"}
+
+
+def _barrier_counts(ptx: str) -> set:
+    """The arrival counts the kernel's ``mbarrier.init`` instructions give (each register traced to its ``mov``)."""
+    movs = dict(re.findall(r"mov\.b32\s+(%r\d+), (\d+);", ptx))
+    return {int(movs.get(reg, -1)) for reg in re.findall(r"mbarrier\.init\.shared\.b64\s+\[[^\]]+\], (%r\d+);", ptx)}
+
+
+TMA_LOAD = r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.tile\.mbarrier"
+TMA_MULTICAST = (r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes"
+                 r"\.multicast::cluster")
+
+
+@pytest.mark.parametrize("protocol,W", [("gemm", 1), ("pull", 2), ("pull", 16)])
+@pytest.mark.parametrize("tile_n", [112, 128])
+def test_clustered_builds_multicast_b_within_the_cluster_and_release_both_ctas(compile_mod, protocol, W, tile_n):
+    """The 64-row tiles in clusters of two (the W = 1 GEMM and pull): as many B loads multicast to the cluster
+    (mask 0b11) as A loads into the CTA alone; each stage's empty barrier counts the consumer warps of both CTAs
+    (8 = 4 warps x 2: a CTA's producer refills a stage only once its twin released it too), every consumer warp
+    releases to both (``mapa`` + remote ``mbarrier.arrive.shared::cluster``); the barriers' initialisation fenced
+    cluster-wide; no ``multimem`` (the multicast is the on-chip cluster copy). The unclustered builds have none of
+    it: 4 warps, no cluster barrier, no multicast load."""
+    kw = {"tile_m": 64, "consumer_warpgroups": 1, "tile_n": tile_n, "epi_tile_n": 16 if tile_n == 112 else 32}
+
+    def ptx_of(cluster_m):
+        config = _cfg(**kw, cluster_m=cluster_m)
+        if protocol == "gemm":
+            return compile_mod.get_compiled(*SMALL, config).ptx
+        return compile_mod.get_compiled_rs(*SMALL, config, W, protocol=protocol).ptx
+
+    ptx = ptx_of(2)
+    loads, multicasts = len(re.findall(TMA_LOAD, ptx)), len(re.findall(TMA_MULTICAST, ptx))
+    assert loads >= 1 and multicasts == loads, (loads, multicasts)
+    masks = re.findall(r"mov\.b16\s+(%rs\d+), (\d+);", ptx)
+    assert masks and {int(v) for _, v in masks} == {3}
+    assert _barrier_counts(ptx) == {1, 8}  # full: the producer's arrive (+ TMA bytes); empty: 4 warps x 2 CTAs
+    assert re.search(r"mapa\.shared::cluster", ptx) and re.search(r"mbarrier\.arrive\.shared::cluster\.b64", ptx)
+    assert "barrier.cluster.arrive.relaxed" in ptx and "barrier.cluster.wait" in ptx
+    assert "multimem" not in ptx and ".local" not in ptx
+    plain = ptx_of(1)
+    assert _barrier_counts(plain) == {1, 4}
+    assert not re.search(TMA_MULTICAST, plain) and "barrier.cluster" not in plain and "mapa" not in plain
+
+
+def test_clustered_configs_are_validated():
+    from kernel.fused.config import GemmConfig
+
+    for bad in (dict(cluster_m=3), dict(cluster_m=2, split_k=True), dict(cluster_m=2, sm_count=131)):
+        with pytest.raises(ValueError):
+            GemmConfig(**bad).validate()
+    assert GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=128, cluster_m=2).label == "64x128c2"
+    from kernel.fused.gemm_rs_push import HopperGemmRsPushBF16
+
+    with pytest.raises(ValueError, match="clustered"):
+        HopperGemmRsPushBF16(None, None, GemmConfig(tile_m=64, consumer_warpgroups=1, tile_n=128, cluster_m=2), 2)
