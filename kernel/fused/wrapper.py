@@ -46,7 +46,9 @@ for W > 1 torch symmetric memory.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import warnings
 
 import torch
 
@@ -139,6 +141,33 @@ def check_weight(weight, N: int, K: int, device: torch.device) -> str | None:
     if weight.data_ptr() % ALIGN_BYTES:
         return f"weight.data_ptr() is not {ALIGN_BYTES}-byte aligned"
     return None
+
+
+@functools.cache
+def max_active_clusters(device_index: int, cluster_size: int) -> int:
+    """How many clusters of ``cluster_size`` CTAs of one CTA per SM (all the shared memory) the GPU runs at once
+    (``cuOccupancyMaxActiveClusters`` through the CuTe DSL's ``HardwareInfo``); 0, with a warning, where it cannot
+    tell (then no clustered config is compiled: slower small-M calls, the same results)."""
+    try:
+        from cutlass.utils import HardwareInfo
+
+        with torch.cuda.device(device_index):
+            torch.cuda.synchronize(device_index)  # the device's primary context current on this thread (the query
+            # is a driver-API call: CUDA_ERROR_INVALID_CONTEXT before torch's first CUDA work otherwise)
+            return int(HardwareInfo(device_id=device_index).get_max_active_clusters(cluster_size))
+    except Exception as exc:  # noqa: BLE001 -- an old driver or a failed query
+        warnings.warn(f"cannot tell how many {cluster_size}-CTA clusters cuda:{device_index} runs at once ({exc}): "
+                      "the fused kernel compiles no clustered tile config", RuntimeWarning, stacklevel=2)
+        return 0
+
+
+def clusters_co_resident(device: torch.device, sm_count: int, cluster_size: int) -> bool:
+    """Whether a persistent grid of ``sm_count`` CTAs in clusters of ``cluster_size`` runs all at once on
+    ``device`` (the GEMM-RS kernels' deadlock freedom needs every CTA co-resident: a CTA spinning on a sibling's
+    flag must not hold the SM that sibling waits for). CPU instances launch nothing: True."""
+    if device.type != "cuda":
+        return True
+    return max_active_clusters(device.index or 0, cluster_size) * cluster_size >= sm_count
 
 
 #: Where :meth:`FusedGemmRs.declared_paths` looks for a call of each tile config: (N, K) shapes and row counts,
@@ -398,8 +427,9 @@ class FusedGemmRs(GemmRsImplementation):
 
     def tile_configs(self, protocol: str | None = None) -> tuple:
         """The tile configs this instance compiles for ``protocol`` (default: its first kernel protocol),
-        largest first; ``config=`` / ``small_m_config=`` replace the first and the last. Fixed at the first
-        use: a call only indexes it."""
+        largest first; ``config=`` / ``small_m_config=`` replace the first and the last; the clustered ones left
+        out where the GPU cannot run a whole persistent grid of such clusters at once (:func:`clusters_co_resident`).
+        Fixed at the first use: a call only indexes it."""
         protocol = protocol or self.kernel_protocols()[0]
         if protocol not in self._tile_configs:
             from .tiles import kernel_configs
@@ -407,6 +437,9 @@ class FusedGemmRs(GemmRsImplementation):
             sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
             configs = [c for c in kernel_configs(protocol, sm_count, 4 if self.experiment == "ring4" else None)
                        if not (c.split_k and self.batch_invariant)]
+            clustered = {c.cluster_m for c in configs if c.cluster_m > 1}
+            if any(not clusters_co_resident(self.device, sm_count, size) for size in clustered):
+                configs = [c for c in configs if c.cluster_m == 1]  # a grid that would not all run at once
             if self._config is not None:
                 configs[0] = self._config
             if self._small_m_config is not None:

@@ -602,3 +602,30 @@ def test_kernel_loaded_from_the_host_cache_runs_like_a_fresh_compile(tmp_path, m
     torch.cuda.synchronize()
     assert torch.equal(ys[0], ys[1]), "the loaded kernel differs from the fresh compile"
     assert _within_bound(ys[1], x, w) is None
+
+
+def test_clustered_configs_only_where_every_cluster_of_the_grid_fits_at_once(monkeypatch):
+    """The GEMM-RS kernels need their whole persistent grid co-resident (a CTA spinning on a sibling's flag must not
+    hold the SM the sibling waits for): where the GPU runs fewer than sm_count / 2 clusters of two at once (MIG, odd
+    floor-sweeping), the instance compiles no clustered config; a CPU instance launches nothing and keeps them."""
+    from types import SimpleNamespace
+
+    from kernel.fused import wrapper
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
+    cuda0 = torch.device("cuda", 0)
+    monkeypatch.setattr(wrapper, "max_active_clusters", lambda index, size: 66)
+    assert wrapper.clusters_co_resident(cuda0, 132, 2)
+    monkeypatch.setattr(wrapper, "max_active_clusters", lambda index, size: 65)
+    assert not wrapper.clusters_co_resident(cuda0, 132, 2)
+    assert wrapper.clusters_co_resident(torch.device("cpu"), 132, 2)
+
+    impl = FusedGemmRs(max_M=1024, N=4096, K=2048, device="cpu")
+    assert [c.label for c in impl.tile_configs("pull") if c.cluster_m > 1] == ["64x112c2", "64x128c2"]
+    impl.close()
+    monkeypatch.setattr(wrapper, "clusters_co_resident", lambda device, sm_count, size: False)
+    impl = FusedGemmRs(max_M=1024, N=4096, K=2048, device="cpu")
+    configs = impl.tile_configs("pull")
+    assert configs and all(c.cluster_m == 1 for c in configs) and configs[-1].label == "64x128"
+    assert impl.uses_small_tiles(128)  # M = 128 still takes 64-row tiles, unclustered
+    impl.close()
