@@ -33,7 +33,7 @@ def cases(impl: str = "fused", world_size: int = 2, paths: str = "") -> list[Cas
     from .strategies import declared_paths, path_cases
 
     def chosen(path) -> bool:
-        return (paths == "all" or (paths == "split" and path.replay)
+        return (paths == "all" or (paths == "split" and "split-K" in path.label)
                 or (paths == "cluster" and CLUSTER_LABEL.search(path.label) is not None))
 
     declared = [(i, p) for i, p in enumerate(declared_paths(impl, world_size)) if chosen(p)] if paths else []

@@ -58,8 +58,9 @@ CLAUSES = (
 @dataclass(frozen=True)
 class KernelPath:
     """One code path of an implementation's main path (a tile config, a split-K build, ...) and a call that
-    takes it: an instance for (N, K) called with M rows at group size ``world_size``. ``replay``: the path keeps
-    device state of its own across calls (flags, buffers), so the gate also replays it in a CUDA graph."""
+    takes it: an instance for (N, K) called with M rows at group size ``world_size``. ``replay``: the gate also
+    replays it in a CUDA graph -- a path that keeps device state of its own across calls (flags, buffers), or whose
+    launch has a form the capture must keep (the fused kernel's thread-block clusters)."""
 
     label: str
     N: int

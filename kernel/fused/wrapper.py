@@ -304,7 +304,8 @@ class FusedGemmRs(GemmRsImplementation):
         :func:`kernel.fused.tiles.pick_config` chooses on a 132-SM GPU (H100 SXM, H200): the largest, the
         224-wide, the split-K ones (one path per number of K parts: the k-tile ranges differ; replayed in a
         graph too: their part ready words are epoch-flagged device state of their own) and the 64-row tiles (the
-        clustered ones also with an odd number of M tiles: an idle twin CTA in the last cluster), each
+        clustered ones also with an odd number of M tiles: an idle twin CTA in the last cluster; replayed in a graph
+        too: the capture must keep the launch's cluster shape), each
         found in :data:`PATH_SHAPES` x :data:`PATH_MS`. Empty for a group size the kernel does not support."""
         from .config import GemmConfig
         from .tiles import kernel_configs, pick_config, pick_splits
@@ -323,7 +324,7 @@ class FusedGemmRs(GemmRsImplementation):
                 if c.cluster_m > 1 and -(-M // c.tile_m) % c.cluster_m:
                     parts = " idle twin"  # the last cluster's second CTA past M: loads zeros, stores nothing
                 found.setdefault((i, parts), KernelPath(f"{protocol} {c.label}{parts}", N, K, M,
-                                                        replay=c.split_k))
+                                                        replay=c.split_k or c.cluster_m > 1))
         return tuple(found[key] for key in sorted(found))
 
     def can_run(self, weight: torch.Tensor) -> Eligibility:

@@ -259,6 +259,7 @@ def test_declared_paths_cover_every_tile_config_and_each_split():
                 c = configs[pick_config(configs, p.M, p.N, W, protocol, p.K)]
                 assert p.label.startswith(f"{protocol} {c.label}")
                 assert ("split-K" in p.label) == c.split_k
+                assert p.replay == (c.split_k or c.cluster_m > 1)  # device state of their own / a cluster launch
                 if c.split_k:
                     assert p.label.endswith(f"P={pick_splits(c, p.M, p.N, p.K, W)}")
             assert len({p.label for p in paths}) == len(paths)
