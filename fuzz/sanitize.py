@@ -1,7 +1,7 @@
 """Sanitizer mode: a few small cases with every rank under NVIDIA compute-sanitizer.
 
     python -m fuzz.sanitize --impl fused --topology shared-gpu --world-sizes 2 [--tool memcheck|racecheck|synccheck]
-                            [--paths all|split|cluster]
+                            [--paths all|split|cluster [--paths-only]] [--time-limit S]
 
 The ranks run as ``compute-sanitizer --tool=T --log-file=<pool logdir>/sanitizer-<pid>.log python -m
 fuzz.rank_worker`` (host API errors are not reported: CuTe DSL's architecture probe makes some on
@@ -10,7 +10,9 @@ call, a graph replay) run as usual -- with ``--paths``, also the gate's cases of
 implementation declares (``all``, or ``split``: those with device state of their own, the split-K ones of the fused
 kernel, or ``cluster``: the fused kernel's clustered tiles, whose CTAs fill each other's shared memory;
 :func:`fuzz.strategies.path_cases`); then the pool is closed so every sanitizer writes its summary, and
-the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` plus every case passed. Exit 0 / 1.
+the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` plus every case passed. Exit 0 / 1. With ``--time-limit``
+no case starts past the limit; the pool is still closed, so the sanitizers report on what ran, and a run that left
+a case out ends ``CUT`` (exit 1), never ``CLEAN``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 from .case import Case, PoolSpec
 from .pool import RankPool
@@ -28,8 +31,9 @@ from .pool import RankPool
 SMALL = dict(N=512, K=256, max_M=1024)
 
 
-def cases(impl: str = "fused", world_size: int = 2, paths: str = "") -> list[Case]:
-    """The small cases, then (``paths``: ``all``, ``split`` or ``cluster``) the declared paths' cases."""
+def cases(impl: str = "fused", world_size: int = 2, paths: str = "", paths_only: bool = False) -> list[Case]:
+    """The small cases (none with ``paths_only``), then (``paths``: ``all``, ``split`` or ``cluster``) the declared
+    paths' cases."""
     from .strategies import declared_paths, path_cases
 
     def chosen(path) -> bool:
@@ -37,7 +41,7 @@ def cases(impl: str = "fused", world_size: int = 2, paths: str = "") -> list[Cas
                 or (paths == "cluster" and CLUSTER_LABEL.search(path.label) is not None))
 
     declared = [(i, p) for i, p in enumerate(declared_paths(impl, world_size)) if chosen(p)] if paths else []
-    return SMALL_CASES + [c for i, p in declared for c in path_cases(p, i)]
+    return ([] if paths_only else SMALL_CASES) + [c for i, p in declared for c in path_cases(p, i)]
 
 
 #: A declared path of clustered tiles (``kernel.fused.config.GemmConfig.label``: ``64x128c2``).
@@ -77,9 +81,16 @@ def main(argv=None) -> int:
     ap.add_argument("--paths", default="", choices=("", "all", "split", "cluster"),
                     help="also the cases of the implementation's declared kernel paths (split: those with device "
                          "state of their own; cluster: the clustered tiles)")
+    ap.add_argument("--paths-only", action="store_true",
+                    help="only the declared paths' cases (racecheck is slow: the small cases can fill a time budget)")
+    ap.add_argument("--time-limit", type=float, default=0.0,
+                    help="seconds after which no further case starts; the pool is still closed so the sanitizers "
+                         "report on what ran, and the verdict is CUT (never CLEAN) when a case was left out")
     ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
     ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")
     args = ap.parse_args(argv)
+    if args.paths_only and not args.paths:
+        ap.error("--paths-only needs --paths")
     if shutil.which("compute-sanitizer") is None:
         print("compute-sanitizer is not on PATH: sanitizer mode needs the CUDA toolkit")
         return 2
@@ -87,12 +98,15 @@ def main(argv=None) -> int:
                     optimize=sys.flags.optimize, sanitizer=args.tool)
     pool = RankPool(spec)
     reports = []
+    started = time.monotonic()
     try:
-        todo = cases(args.impl, args.world_size, args.paths)
-        if args.paths and len(todo) == len(SMALL_CASES):
+        todo = cases(args.impl, args.world_size, args.paths, args.paths_only)
+        if args.paths and len(todo) == len(cases(args.impl, args.world_size, "", args.paths_only)):
             print(f"--paths {args.paths}: {args.impl} declares no such kernel path at W={args.world_size}")
             return 2
         for case in todo:
+            if args.time_limit and time.monotonic() - started > args.time_limit:
+                break
             report = pool.run(case, deadline=args.deadline)
             reports.append(report)
             print(f"{report.status:>8}  {case.short()}", flush=True)
@@ -105,8 +119,11 @@ def main(argv=None) -> int:
         print(f"{name}: {'no ERROR SUMMARY (process did not finish cleanly)' if n is None else f'{n} errors'}")
     ok = (len(sums) == args.world_size and all(n == 0 for n in sums.values())
           and all(r.status.ok for r in reports))
-    print(f"sanitizer {args.tool}: {'CLEAN' if ok else 'NOT CLEAN'} (logs in {pool.logdir})")
-    return 0 if ok else 1
+    cut = len(reports) < len(todo)
+    verdict = "NOT CLEAN" if not ok else f"CUT ({len(reports)} of {len(todo)} cases ran, no error in them)" if cut \
+        else "CLEAN"
+    print(f"sanitizer {args.tool}: {verdict} (logs in {pool.logdir})")
+    return 0 if ok and not cut else 1
 
 
 if __name__ == "__main__":

@@ -46,3 +46,47 @@ def test_sanitizer_paths_add_the_declared_split_k_paths():
     assert {c.family for c in added} == {"compute", "graph"}
     assert len(cases("fused", 2, "all")) > len(split)
     assert len(cases("unfused", 2, "split")) == len(small)
+
+
+def test_sanitizer_cluster_paths_and_paths_only():
+    """``--paths cluster``: the clustered tiles' paths (their idle twins too, each replayed in a graph);
+    ``paths_only`` drops the small cases (racecheck's time goes to the paths); the split paths are not among the
+    clustered ones."""
+    small = cases()
+    cluster = cases("fused", 2, "cluster")
+    added = cluster[len(small):]
+    assert cluster[:len(small)] == small and {c.family for c in added} == {"compute", "graph"}
+    assert len([c for c in added if c.family == "graph"]) == 4  # 64x112c2, 64x128c2, each with an idle twin
+    assert cases("fused", 2, "cluster", paths_only=True) == added
+    split = cases("fused", 2, "split", paths_only=True)
+    assert split and not any(c in added for c in split)
+    assert cases("unfused", 2, "cluster", paths_only=True) == []
+
+
+def test_sanitizer_time_limit_never_reads_clean(monkeypatch, capsys):
+    """A run cut by ``--time-limit`` ends CUT with exit 1, never CLEAN, even with every sanitizer at 0 errors."""
+    import shutil
+
+    from fuzz import sanitize
+    from fuzz.status import Status
+
+    class FakePool:
+        logdir = "/nonexistent"
+
+        def __init__(self, spec):
+            self.spec = spec
+
+        def run(self, case, deadline=None):
+            return type("R", (), {"status": Status.PASSED, "render": lambda self: ""})()
+
+        def close(self, grace_s=None):
+            pass
+
+    clock = iter([0.0, 0.0, 5.0, 100.0, 100.0, 100.0])
+    monkeypatch.setattr(sanitize.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(sanitize, "RankPool", FakePool)
+    monkeypatch.setattr(sanitize, "summaries", lambda logdir: {"sanitizer-1.log": 0, "sanitizer-2.log": 0})
+    rc = sanitize.main(["--impl", "unfused", "--world-sizes", "2", "--time-limit", "10"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "CUT (2 of 4 cases ran, no error in them)" in out and "CLEAN (" not in out
