@@ -1,5 +1,5 @@
 """Where an implementation's answers switch with M: ``should_run``'s crossover (and the fused kernel's
-tile-config switch), found on the rank side so a family can call on both sides of it whatever the
+path switches, ``path_switches``), found on the rank side so a family can call on both sides of it whatever the
 implementation's threshold is (the contract's default is 128; a tuned one depends on N, K, W)."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The graph family (CUDA; CONTRACT.md, "Behaviour over time: CUDA graphs"): deep graphs, as an engine
 replays them between eager steps. On the case's long-lived instance:
 
-1. graph M values: ``ms`` plus both sides of the kernel's small/large tile switch
-   (``uses_small_tiles(M)``, where the implementation has it) and of ``should_run``'s crossover — found on
-   every rank, the union taken (every rank captures the same graphs), at most ``MAX_GRAPHS``;
+1. graph M values: ``ms`` plus both sides of one of the kernel's path switches (``path_switches(max_M)``,
+   where the implementation has it: the M where the protocol, tile config or split-K parts change; the case's
+   seed picks which, so a run's cases cover them all) and of ``should_run``'s crossover — found on every rank,
+   the union taken (every rank captures the same graphs), at most ``MAX_GRAPHS``;
 2. per M an eager warm-up call (compile, workspaces: outside any capture), then one graph captured on
    the default stream with its own x, w and ``out`` (the graph's own output where out= is waived);
 3. ``repeat`` rounds (at least 3); in each, every graph is replayed once, in an order that rotates from
@@ -100,9 +101,12 @@ def graph_ms(ctx: RankContext, impl, case: Case) -> list[int]:
     """Step 1: the graphs' M values, the same on every rank (first: ms[0], aligned if waived)."""
     W = ctx.world_size
     mine = crossover_neighbours(should_run_asker(ctx.device, impl, case), case.max_M)
-    small_tiles = getattr(impl, "uses_small_tiles", None)  # the fused kernel's tile switch (where it runs)
-    if callable(small_tiles) and impl.can_run(ctx.w(case, case.seed)):
-        mine += crossover_neighbours(lambda M: not small_tiles(M), case.max_M)
+    switches = getattr(impl, "path_switches", None)  # where the fused kernel's path changes (where it runs)
+    if callable(switches) and impl.can_run(ctx.w(case, case.seed)):
+        found = switches(case.max_M)
+        if found:  # one switch per case, by its seed: every switch across the cases of a run
+            switch = found[case.seed % len(found)]
+            mine += [switch - 1, switch]
     union = sorted({M for answer in ctx.gather(mine).values() for M in answer})
     wanted = [case.ms[0], *union, *case.ms[1:]]  # the drawn M, both sides of both switches, then the rest
     ms = list(dict.fromkeys(aligned_if_waived(impl, M, W, case.max_M) for M in wanted))

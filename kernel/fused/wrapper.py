@@ -422,9 +422,30 @@ class FusedGemmRs(GemmRsImplementation):
         protocol = self.call_protocol(M)
         return pick_config(self.tile_configs(protocol), M, self.N, self.world_size, protocol, self.K)
 
-    def uses_small_tiles(self, M: int) -> bool:
-        """Whether a call with M rows uses 64-row tiles (one consumer warpgroup: 64x128, or pull's 64x112)."""
-        return self.tile_configs(self.call_protocol(M))[self.tile_config_index(M)].consumer_warpgroups == 1
+    def call_path(self, M: int) -> tuple:
+        """What a call with M rows runs: ``(protocol, tile config index, K parts)`` (K parts 1 but for split-K)."""
+        from .tiles import pick_splits
+
+        protocol = self.call_protocol(M)
+        index = self.tile_config_index(M)
+        config = self.tile_configs(protocol)[index]
+        return protocol, index, pick_splits(config, M, self.N, self.K, self.world_size)
+
+    def path_switches(self, max_M: int) -> tuple[int, ...]:
+        """The M in 2..max_M whose call runs another kernel path (:meth:`call_path`) than M - 1's: where the
+        protocol, the tile config or the K parts change (a graph captured on each side replays different kernels
+        on one workspace). The cost model sees M only through tile counts (``ceil`` of M, or of ``ceil(M / W)``,
+        over a multiple of 64 rows) and the split-K limit (a multiple of 64 too), the protocol plan through its
+        table's Ms: the path is constant between those points, so only they are evaluated."""
+        points = {m * 64 + 1 for m in range(1, (max_M - 1) // 64 + 1)}
+        points |= {M for M, _ in self._plan.by_m if 2 <= M <= max_M}
+        switches, before = [], self.call_path(1)
+        for M in sorted(points):
+            path = self.call_path(M)
+            if path != before:
+                switches.append(M)
+            before = path
+        return tuple(switches)
 
     def tile_configs(self, protocol: str | None = None) -> tuple:
         """The tile configs this instance compiles for ``protocol`` (default: its first kernel protocol),

@@ -102,3 +102,47 @@ def test_aligned_m_for_a_waiving_implementation_stays_within_capacity():
     assert aligned_if_waived(AdapterStyleNoOut, 3, 2, 511) == 3  # no waiver: M as drawn
     assert [aligned_if_waived(UnalignedMRejected, m, 3, 1024) for m in (1, 4, 6, 1024)] == [3, 6, 6, 1023]
     assert aligned_if_waived(UnalignedMRejected, 1025, 3) == 1026  # "over" stays over capacity
+
+
+def test_graph_family_captures_both_sides_of_one_path_switch_per_case():
+    """The graph family's Ms: the drawn M, both sides of ``should_run``'s crossover and of one of the kernel's
+    path switches, picked by the case's seed (so the cases of a run cover every switch), capped at MAX_GRAPHS;
+    an implementation without ``path_switches`` adds none."""
+    import torch
+
+    from fuzz.case import Case
+    from fuzz.families.graph import MAX_GRAPHS, graph_ms
+
+    class Impl:
+        waived_clauses = {}
+
+        def should_run(self, x):
+            return x.shape[0] >= 300
+
+        def can_run(self, w):
+            return True
+
+        def path_switches(self, max_M):
+            return (65, 129, 513)
+
+    class Ctx:
+        world_size, device = 2, torch.device("cpu")
+
+        def w(self, case, seed):
+            return None
+
+        def gather(self, mine):
+            return {0: mine, 1: mine}
+
+    seen = set()
+    for seed in range(3):
+        case = Case("graph", seed, 64, 64, 1024, [1000], "gaussian", "guarded")
+        ms = graph_ms(Ctx(), Impl(), case)
+        switch = (65, 129, 513)[seed % 3]
+        assert ms[0] == 1000 and {299, 300, switch - 1, switch} <= set(ms) and len(ms) <= MAX_GRAPHS, ms
+        seen.add(switch)
+    assert seen == {65, 129, 513}
+    plain = Impl()
+    plain.path_switches = None
+    assert set(graph_ms(Ctx(), plain, Case("graph", 0, 64, 64, 1024, [1000], "gaussian", "guarded"))) == {
+        1000, 299, 300}

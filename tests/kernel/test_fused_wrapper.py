@@ -628,5 +628,33 @@ def test_clustered_configs_only_where_every_cluster_of_the_grid_fits_at_once(mon
     impl = FusedGemmRs(max_M=1024, N=4096, K=2048, device="cpu")
     configs = impl.tile_configs("pull")
     assert configs and all(c.cluster_m == 1 for c in configs) and configs[-1].label == "64x128"
-    assert impl.uses_small_tiles(128)  # M = 128 still takes 64-row tiles, unclustered
+    assert configs[impl.tile_config_index(128)].consumer_warpgroups == 1  # M = 128: 64-row tiles, unclustered
+    impl.close()
+
+
+def test_path_switches_are_every_m_where_the_kernel_path_changes(monkeypatch):
+    """``path_switches`` (the graph family captures both sides of one per case) finds exactly the M where
+    ``call_path`` differs from M - 1's, by brute force over every M: pull at W = 1 (tile configs, clusters,
+    split-K parts) and an auto table switching protocols at M that are no multiple of 64."""
+    from types import SimpleNamespace
+
+    from kernel.fused.protocol_plan import ProtocolPlan
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
+
+    def brute(impl, max_M):
+        return tuple(M for M in range(2, max_M + 1) if impl.call_path(M) != impl.call_path(M - 1))
+
+    for N, K in ((7168, 14336), (8192, 2048), (2560, 8192), (512, 256)):
+        impl = FusedGemmRs(max_M=2048, N=N, K=K, device="cpu")
+        found = impl.path_switches(2048)
+        assert found == brute(impl, 2048), (N, K)
+        assert found and all(impl.call_path(M) != impl.call_path(M - 1) for M in found)
+        impl.close()
+    impl = FusedGemmRs(max_M=1024, N=4096, K=14336, device="cpu")
+    assert any(impl.call_path(M)[2] > 1 for M in range(1, 600))  # a split-K stretch among the paths
+    impl._plan = ProtocolPlan.of("auto", 2, {1: "pull", 200: "push", 701: "pull"})
+    impl._tile_configs = {}
+    found = impl.path_switches(1024)
+    assert found == brute(impl, 1024) and 200 in found and 701 in found
     impl.close()
