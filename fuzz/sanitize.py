@@ -7,8 +7,8 @@ The ranks run as ``compute-sanitizer --tool=T --log-file=<pool logdir>/sanitizer
 fuzz.rank_worker`` (host API errors are not reported: CuTe DSL's architecture probe makes some on
 purpose). The cases (compute at unaligned M with exact inputs, alternation, a late rank, a rejected
 call, a graph replay) run as usual -- with ``--paths``, also the gate's cases of the kernel paths the
-implementation declares (``all``, or ``split``: those with device state of their own, the split-K ones of the fused
-kernel, or ``cluster``: the fused kernel's clustered tiles, whose CTAs fill each other's shared memory;
+implementation declares (``all``, or ``split``: the fused kernel's split-K ones, labelled ``split-K``, or
+``cluster``: the fused kernel's clustered tiles, whose CTAs fill each other's shared memory;
 :func:`fuzz.strategies.path_cases`); then the pool is closed so every sanitizer writes its summary, and
 the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` plus every case passed. Exit 0 / 1. With ``--time-limit``
 no case starts past the limit; the pool is still closed, so the sanitizers report on what ran, and a run that left
@@ -79,8 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--world-size", dest="world_size", type=int, help=argparse.SUPPRESS)  # old spelling
     ap.add_argument("--tool", default="memcheck")
     ap.add_argument("--paths", default="", choices=("", "all", "split", "cluster"),
-                    help="also the cases of the implementation's declared kernel paths (split: those with device "
-                         "state of their own; cluster: the clustered tiles)")
+                    help="also the cases of the implementation's declared kernel paths (split: the split-K ones; "
+                         "cluster: the clustered tiles)")
     ap.add_argument("--paths-only", action="store_true",
                     help="only the declared paths' cases (racecheck is slow: the small cases can fill a time budget)")
     ap.add_argument("--time-limit", type=float, default=0.0,

@@ -172,9 +172,10 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
     GpuMutantSpec("FusedClusterLocalRelease", "cluster_local_release",
                   "clustered tiles: a stage's empty barrier counts this CTA's consumer warps only; the twin's "
                   "releases complete extra phases, so a producer refills a stage the twin still reads",
-                  "within_tolerance / bitwise_equal on a clustered path (test_kernel_paths: 64x112c2, 64x128c2), "
-                  "or a HANG (the producer waits on a phase parity the extra arrivals flipped); caught statically "
-                  "by the clustered builds' barrier counts (tests/kernel/test_fault_builds.py)"),
+                  "within_tolerance / bitwise_equal on a clustered path (test_kernel_paths: 64x112c2, 64x128c2); "
+                  "seen on an H200 (2026-12-02): a CUDA error during the clustered paths instead, an ERROR of the "
+                  "matrix, not a kill; caught statically by the clustered builds' barrier counts "
+                  "(tests/kernel/test_fault_builds.py)"),
     GpuMutantSpec("FusedClusterUnawareSchedule", "cluster_unaware_schedule",
                   "clustered tiles: the twins take tiles of the plain raster (other column tiles) while each "
                   "multicasts half of its own B k-tile to both",
