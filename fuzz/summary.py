@@ -125,18 +125,27 @@ def confirmed_failures(cases: list[dict]) -> list[dict]:
             last[(row["test"], json.dumps(row["case"], sort_keys=True), row["impl"], row["topology"],
                   row["world_size"])] = row
     return [{"status": r["status"], "reproducibility": r.get("reproducibility"), "rerun_status": r.get("rerun_status"),
-             "test": r["test"], "case": r["case"], "repro": r["repro"], "note": r["note"], "why": failure_reason(r)}
+             "test": r["test"], "case": r["case"], "repro": r["repro"], "note": r["note"], "why": failure_reason(r),
+             "seconds": r.get("seconds")}
             for r in last.values()]
 
 
 _DIED = re.compile(r"rank (\d+) died mid-case")
 _NOISE = re.compile(r"^\s*$|warn|^\s*(File |Traceback)|^frame #\d+: ", re.IGNORECASE)
+#: The advice torch appends to every CUDA error (``c10/cuda/CUDAException``): it would push the error itself out
+#: of the last lines (seen on an H200: "rank 6 said: [rank6]: CUDA kernel errors might be asynchronously
+#: reported ... | For debugging consider passing CUDA_LAUNCH_BLOCKING=1 | Compile with `TORCH_USE_CUDA_DSA` ...").
+_CUDA_ADVICE = re.compile(r"CUDA kernel errors might be asynchronously reported|consider passing CUDA_LAUNCH_BLOCKING"
+                          r"|Compile with `TORCH_USE_CUDA_DSA`")
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
 
 def last_words(log: str, lines: int = 3) -> str:
     """The last lines a dead rank wrote (its log tail, blank and warning lines left out): where a C++ abort
-    (``terminate called after throwing ...``, a CUDA error) says why the process died."""
-    kept = [ln.strip() for ln in log.splitlines() if not _NOISE.search(ln)]
+    (``terminate called after throwing ...``, a CUDA error) says why the process died; torch's advice after a CUDA
+    error left out too."""
+    bare = (_RANK_PREFIX.sub("", ln) for ln in log.splitlines())  # torchrun's "[rank6]: " on each line
+    kept = [ln.strip() for ln in bare if not _NOISE.search(ln) and not _CUDA_ADVICE.search(ln)]
     return " | ".join(kept[-lines:])
 
 
@@ -361,7 +370,10 @@ def render_markdown(s: dict) -> str:
         lines += ["", "Failures (one per case; re-run once on a fresh pool where labelled):", ""]
         for f in s["failures"][:50]:
             label = f" ({f['reproducibility']}, re-run {f['rerun_status']})" if f.get("reproducibility") else ""
-            lines.append(f"- {f['status']}{label} in {f['test']}: `{f['repro']}`")
+            # how long the case ran: a CUDA error after the kernels' spin timeout (kernel/fused/config.py,
+            # SPIN_TIMEOUT_S) is a peer that never arrived, one after a second is not
+            took = f" after {f['seconds']:.1f} s" if isinstance(f.get("seconds"), (int, float)) else ""
+            lines.append(f"- {f['status']}{label}{took} in {f['test']}: `{f['repro']}`")
             if f.get("why"):
                 lines.append(f"  - why: {f['why']}")
     if s.get("coverage_plot"):

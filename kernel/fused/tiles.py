@@ -33,6 +33,7 @@ scale with K, so K enters the choice of split configs (:func:`pick_config`, :fun
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from .config import K_TILE, PUSH_EPI_STAGES, SPLIT_K_CHOICES, SPLIT_K_MAX_M, GemmConfig
 
@@ -128,6 +129,13 @@ def admissible_splits(config: GemmConfig, M: int, K: int | None) -> tuple[int, .
     return tuple(p for p in SPLIT_K_CHOICES if p <= K // K_TILE)
 
 
+#: Memoised choices (pure functions of hashable arguments): an instance's construction asks for every M up to its
+#: split-K range (``split_rows``, ``split_workspace``, ``path_switches``), ~40 ms of this model per instance before
+#: (profile of a W = 2 gate rank, 12th session: 616k ``pick_splits`` calls in 120 instances).
+CHOICE_CACHE = 1 << 16
+
+
+@lru_cache(maxsize=CHOICE_CACHE)
 def pick_splits(config: GemmConfig, M: int, N: int, K: int | None, world_size: int) -> int:
     """The K parts a call with M rows uses with ``config``: 1 for any config but split-K's, else the choice of
     :func:`admissible_splits` with the least estimate (the first of equal ones); 0 where a split-K config must not
@@ -141,6 +149,7 @@ def pick_splits(config: GemmConfig, M: int, N: int, K: int | None, world_size: i
     return choices[times.index(min(times))]
 
 
+@lru_cache(maxsize=CHOICE_CACHE)
 def pick_config(configs: tuple[GemmConfig, ...], M: int, N: int, world_size: int, protocol: str,
                 K: int | None = None) -> int:
     """Index into ``configs`` (:func:`kernel_configs`) of the config a call with M rows uses (the first of

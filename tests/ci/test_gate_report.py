@@ -305,6 +305,23 @@ def test_a_death_says_what_the_dead_rank_wrote_last(tmp_path):
         "invalid argument; rank(s) [7] closed their channel mid-case (died) rank 7 died mid-case: exit code -6")
 
 
+def test_a_cuda_error_is_quoted_not_the_advice_torch_appends_to_it(tmp_path):
+    """torch follows every CUDA error with three lines of advice; the one-line reason must quote the error."""
+    logs = {"6": "[rank6]: Traceback (most recent call last):\n"
+                 "[rank6]: torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+                 "[rank6]: CUDA kernel errors might be asynchronously reported at some other API call, so the "
+                 "stacktrace below might be incorrect.\n"
+                 "[rank6]: For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+                 "[rank6]: Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n[rank6]:\n"}
+    note = "rank 6 died mid-case: exit code 1"
+    _write(tmp_path, [_row(status="died", checks=[], ms=(5,), seconds=61.25, **{"note": note, "logs": logs})])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert "- died after 61.2 s in fuzz/test_gemm_rs.py::test_compute" in s["markdown"]  # past the spin timeout
+    why = s["failures"][0]["why"]
+    assert why.startswith("rank 6 said: torch.AcceleratorError: CUDA error: an illegal memory access"), why
+    assert "asynchronously" not in why and "DSA" not in why and "Traceback" not in why, why
+
+
 def test_the_case_record_keeps_the_log_tails_of_a_failure():
     from fuzz.case import Case, PoolSpec
     from fuzz.record import case_row
