@@ -147,7 +147,9 @@ def check_weight(weight, N: int, K: int, device: torch.device) -> str | None:
 def max_active_clusters(device_index: int, cluster_size: int) -> int:
     """How many clusters of ``cluster_size`` CTAs of one CTA per SM (all the shared memory) the GPU runs at once
     (``cuOccupancyMaxActiveClusters`` through the CuTe DSL's ``HardwareInfo``); 0, with a warning, where it cannot
-    tell (then no clustered config is compiled: slower small-M calls, the same results)."""
+    tell (then no clustered config is compiled: slower small-M calls, the same results). Asked once per process and
+    (device, size): a property of the GPU, and each query compiles and loads a dummy kernel (``HardwareInfo.
+    _get_device_function``) after a device synchronize."""
     try:
         from cutlass.utils import HardwareInfo
 

@@ -14,6 +14,7 @@ Verification model of the GPU tests, each over M in MS, for the tile configs of 
      freshly compiled one does.
 """
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -630,6 +631,38 @@ def test_clustered_configs_only_where_every_cluster_of_the_grid_fits_at_once(mon
     assert configs and all(c.cluster_m == 1 for c in configs) and configs[-1].label == "64x128"
     assert configs[impl.tile_config_index(128)].consumer_warpgroups == 1  # M = 128: 64-row tiles, unclustered
     impl.close()
+
+
+def test_the_cluster_occupancy_query_runs_once_per_device_and_size(monkeypatch):
+    """Each HardwareInfo query compiles and loads a dummy kernel after a device synchronize: asked once per
+    process and (device, cluster size), not at every instance's construction."""
+    import sys
+    from types import ModuleType
+
+    from kernel.fused import wrapper
+
+    asked = []
+
+    class FakeHardwareInfo:
+        def __init__(self, device_id):
+            self.device_id = device_id
+
+        def get_max_active_clusters(self, size):
+            asked.append((self.device_id, size))
+            return 66
+
+    fake = ModuleType("cutlass.utils")
+    fake.HardwareInfo = FakeHardwareInfo
+    monkeypatch.setitem(sys.modules, "cutlass.utils", fake)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: None)
+    wrapper.max_active_clusters.cache_clear()
+    try:
+        assert [wrapper.max_active_clusters(0, 2) for _ in range(3)] == [66, 66, 66]
+        assert wrapper.max_active_clusters(1, 2) == 66 and wrapper.max_active_clusters(0, 4) == 66
+        assert asked == [(0, 2), (1, 2), (0, 4)]
+    finally:
+        wrapper.max_active_clusters.cache_clear()  # the fake's answers stay out of the other tests
 
 
 def test_path_switches_are_every_m_where_the_kernel_path_changes(monkeypatch):
