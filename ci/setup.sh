@@ -17,9 +17,12 @@
 # a failure: a file of another Python's syntax (torch ships some) or a read-only folder only leaves it as it was.
 _gemm_rs_bytecode() {
   local py=$1 dirs
-  dirs=$("$py" -c 'import site, sysconfig; print("\n".join(dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"]])))' 2>/dev/null) || return 0
+  dirs=$("$py" -c 'import os, site, sys, sysconfig
+found = [*site.getsitepackages(), sysconfig.get_paths()["purelib"], *sys.argv[1:]]
+print("\n".join(d for d in dict.fromkeys(found) if os.access(d, os.W_OK)))' "${@:2}" 2>/dev/null) || return 0
+  [ -n "$dirs" ] || return 0  # nothing writable: nothing to do (a compile here could not be kept)
   # shellcheck disable=SC2086 -- one folder per line
-  (IFS=$'\n'; "$py" -O -m compileall -q -j 0 $dirs "${@:2}" >/dev/null 2>&1)
+  (IFS=$'\n'; "$py" -O -m compileall -q -j 0 $dirs >/dev/null 2>&1)
   return 0
 }
 
