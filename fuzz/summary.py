@@ -200,6 +200,33 @@ def load_cases(out_dir: str) -> list[dict]:
     return rows
 
 
+#: What ``failures.jsonl`` keeps of the case recorded before a failure (see :func:`failure_records`).
+PREVIOUS_KEYS = ("test", "case", "status", "seconds", "repro")
+
+
+def failure_records(out_dir: str) -> list[dict]:
+    """Every case record that did not pass, whole (rank logs, stacks, errors), each with ``previous_case``: the
+    case recorded before it on the same worker for the same (implementation, topology, W) -- the pool's previous
+    case unless the pool was restarted in between -- or None. A fault that work of one case leaves behind can
+    surface in the next one (the 12th session's H200 run: a rank died between two cases); the report keeps both
+    in a file small enough to keep as a CI artifact where the whole ``cases-*.jsonl`` is not."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(out_dir, "cases-*.jsonl"))):
+        before: dict[tuple, dict] = {}
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                key = (row.get("impl"), row.get("topology"), row.get("world_size"))
+                if not Status(row["status"]).ok:
+                    prev = before.get(key)
+                    out.append({**row, "previous_case": None if prev is None else
+                                {k: prev.get(k) for k in PREVIOUS_KEYS}})
+                before[key] = row
+    return out
+
+
 def environment() -> dict:
     env = {"python": platform.python_version(), "platform": platform.platform()}
     try:
@@ -295,6 +322,8 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
         json.dump({k: v for k, v in summary.items() if k != "markdown"}, f, indent=2, allow_nan=True)
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write(summary["markdown"])
+    with open(os.path.join(out_dir, "failures.jsonl"), "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in failure_records(out_dir))
     return summary
 
 
@@ -367,7 +396,8 @@ def render_markdown(s: dict) -> str:
         lines += ["", "Tests that failed without a failing case (the reason is pytest's):", ""]
         lines += [f"- {f['kind']} in {f['test']}: {f['message']}" for f in s["test_failures"][:50]]
     if s["failures"]:
-        lines += ["", "Failures (one per case; re-run once on a fresh pool where labelled):", ""]
+        lines += ["", "Failures (one per case; re-run once on a fresh pool where labelled; whole records, with the case "
+                      "each pool ran before, in `failures.jsonl`):", ""]
         for f in s["failures"][:50]:
             label = f" ({f['reproducibility']}, re-run {f['rerun_status']})" if f.get("reproducibility") else ""
             # how long the case ran: a CUDA error after the kernels' spin timeout (kernel/fused/config.py,

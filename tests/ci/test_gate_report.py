@@ -322,6 +322,24 @@ def test_a_cuda_error_is_quoted_not_the_advice_torch_appends_to_it(tmp_path):
     assert "asynchronously" not in why and "DSA" not in why and "Traceback" not in why, why
 
 
+def test_failures_jsonl_keeps_each_failure_whole_with_the_case_before_it(tmp_path):
+    """The report's small file of failures: the whole failing rows (logs included), each with the case recorded
+    before it on that pool (same worker, implementation, topology, W); passing rows left out."""
+    rows = [_row(ms=(1,)), _row(W=4, ms=(2,)), _row(ms=(3,), seconds=2.5),
+            _row(status="died", checks=[], ms=(4,), **{"note": "rank 1 died mid-case", "logs": {"1": "boom"}}),
+            _row(W=4, status="failed", ms=(5,))]
+    _write(tmp_path, rows)
+    summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    got = [json.loads(line) for line in (tmp_path / "failures.jsonl").read_text().splitlines()]
+    assert [g["case"]["ms"] for g in got] == [[4], [5]]
+    assert got[0]["logs"] == {"1": "boom"} and got[0]["note"] == "rank 1 died mid-case"
+    assert got[0]["previous_case"]["case"]["ms"] == [3] and got[0]["previous_case"]["seconds"] == 2.5
+    assert got[1]["previous_case"]["case"]["ms"] == [2]  # W = 4's pool: its own previous case
+    _write(tmp_path, rows[:3])
+    summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert (tmp_path / "failures.jsonl").read_text() == ""
+
+
 def test_the_case_record_keeps_the_log_tails_of_a_failure():
     from fuzz.case import Case, PoolSpec
     from fuzz.record import case_row
