@@ -396,8 +396,8 @@ def render_markdown(s: dict) -> str:
         lines += ["", "Tests that failed without a failing case (the reason is pytest's):", ""]
         lines += [f"- {f['kind']} in {f['test']}: {f['message']}" for f in s["test_failures"][:50]]
     if s["failures"]:
-        lines += ["", "Failures (one per case; re-run once on a fresh pool where labelled; whole records, with the case "
-                      "each pool ran before, in `failures.jsonl`):", ""]
+        lines += ["", "Failures (one per case; re-run once on a fresh pool where labelled; whole records, with the "
+                      "case each pool ran before, in `failures.jsonl`):", ""]
         for f in s["failures"][:50]:
             label = f" ({f['reproducibility']}, re-run {f['rerun_status']})" if f.get("reproducibility") else ""
             # how long the case ran: a CUDA error after the kernels' spin timeout (kernel/fused/config.py,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 import kernel.errors as kerr
-from properties import call_raised, main_path_available, skipped
+from properties import call_raised, guard_regions_untouched, main_path_available, skipped
 from properties.result import CheckResult
 
 from ..case import Case
@@ -44,7 +44,7 @@ OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
 #: families whose calls pass out= when the case says so
 OUT_FAMILIES = ("compute", "capacity", "graph", "instances", "streams")
 
-__all__ = ["FAMILIES", "NIGHTLY_ONLY", "RankContext", "describe_exception", "run_case"]
+__all__ = ["FAMILIES", "NIGHTLY_ONLY", "RankContext", "describe_exception", "run_case", "settled_guards"]
 
 
 def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
@@ -71,7 +71,28 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     else:
         checks = groups.run_layout(ctx, case, lambda view: run_family(view, case, runner),
                                    lambda world: run_family(world, case, groups.world_call))
-    return checks + calls.checks + calls.finish()
+    checks = checks + calls.checks + calls.finish()
+    if any(not c.skipped for c in checks):  # a case whose family did not run stays what it was (skipped)
+        checks += settled_guards(ctx)
+    return checks
+
+
+def settled_guards(ctx: RankContext) -> list[CheckResult]:
+    """At the case's end, once this rank's queued GPU work is done, the guard regions of every instance it holds
+    once more: a write past a workspace that landed after the per-call checks read them (work left on another
+    stream) shows in the case that made it -- later it would show in the next case, or never, when the instance
+    is closed first. No collective (a rank's result never waits for its peers): a peer's late write is the next
+    case's finding."""
+    ctx.sync()
+    out = []
+    for label, impl in ctx.held_impls().items():
+        regions = impl.guard_regions()
+        if regions:
+            check = guard_regions_untouched(regions, rank=ctx.rank)
+            check.detail = f"at the case's end ({label}): {check.detail}"
+            check.extra["when"] = "case end"
+            out.append(check)
+    return out
 
 
 def run_family(ctx: RankContext, case: Case, runner) -> list[CheckResult]:
