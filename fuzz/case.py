@@ -14,7 +14,9 @@ Every valid call, in every family (fuzz/families/calls.py):
           fresh_padding_zero (out=None: padding rows are +0.0, as the oracle's)
           call_raised       (fails when a valid call raises: type, message, traceback)
 and per case: earlier_results_unchanged (every result the case holds keeps its bits to the end),
-main_path_available (fails every case where the host cannot build the implementation's main path).
+main_path_available (fails every case where the host cannot build the implementation's main path), and at the
+end, once the rank's GPU work is done, guard_regions_untouched of every instance it holds (``extra.when`` "case
+end": a late write past a workspace shows in the case that made it).
 
 compute   for each M of ``ms`` in order, on one long-lived implementation instance (call i uses input
           kind ``kinds[i]``, or ``kind`` for every call when ``kinds`` is None):
