@@ -72,8 +72,8 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
         checks = groups.run_layout(ctx, case, lambda view: run_family(view, case, runner),
                                    lambda world: run_family(world, case, groups.world_call))
     checks = checks + calls.checks + calls.finish()
-    if any(not c.skipped for c in checks):  # a case whose family did not run stays what it was (skipped)
-        checks += settled_guards(ctx)
+    if any(not c.skipped and c.name != main_path_available.__name__ for c in checks):
+        checks += settled_guards(ctx)  # only after a family that ran: a skipped case stays skipped
     return checks
 
 
