@@ -8,6 +8,7 @@ that fails with the reason — the gate never passes an implementation it did no
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -62,6 +63,28 @@ def pytest_configure(config):
     if nnodes() > 1 and getattr(config.option, "numprocesses", None) not in (None, 0):
         raise pytest.UsageError("a rank pool across nodes listens on one control port (--control-address): run "
                                 "the gate with -n 0 (ci/gate does so by itself with --nnodes)")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` where only GPU topologies are gated: one xdist worker per place the GPU tests are dealt to
+    (:func:`pytest_collection_modifyitems`: shared-gpu pools per GPU, multi-gpu places), not one per core. xdist
+    would start the others, each importing torch and collecting, and shut them down idle -- while the ranks of the
+    pools start on the same cores. With the cpu topology (its tests spread freely over workers), a pool across
+    nodes (one driver, ``-n 0``) or a session with tests outside ``fuzz/`` (``ci/test``'s): None, xdist's own
+    count."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    base = str(config.invocation_params.dir)
+    paths = [os.path.abspath(os.path.join(base, str(a).split("::")[0])) for a in config.args]
+    if not paths or any(os.path.commonpath([here, p]) != here for p in paths):
+        return None
+    cfg = current()
+    topologies = cfg.csv("topology") or available_topologies()
+    if "cpu" in topologies or nnodes(cfg) > 1:
+        return None
+    gpus = max(1, gpu_count())
+    places = (gpus * pools_per_gpu() if "shared-gpu" in topologies else 0) + (
+        multi_gpu_places(gpus) if "multi-gpu" in topologies else 0)
+    return max(1, min(places, os.cpu_count() or 1))
 
 
 def nnodes(cfg=None) -> int:

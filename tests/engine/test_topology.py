@@ -383,3 +383,40 @@ def test_a_multi_gpu_pool_takes_one_rank_token_of_each_of_its_gpus(monkeypatch, 
     for key in list(fc._POOLS):
         fc.close_pool(key)
     assert all(lease_ranks(gpu, 3, budget=3, lock_dir=d) is not None for gpu in (0, 1))
+
+
+def test_auto_workers_are_the_gpu_places_when_only_gpu_topologies_are_gated(monkeypatch):
+    """``-n auto`` with only GPU topologies: one worker per place (idle workers would start, import torch and
+    collect beside the ranks' start-up, then be shut down); with the cpu topology or across nodes, xdist's own."""
+    import os
+    from types import SimpleNamespace
+
+    import fuzz.conftest as fc
+    from fuzz import config as config_mod
+
+    monkeypatch.setattr(fc, "gpu_count", lambda: 2)
+    monkeypatch.setattr(fc, "pools_per_gpu", lambda: 4)
+    monkeypatch.setattr(fc, "multi_gpu_places", lambda gpus: 4)
+    monkeypatch.setattr(fc.os, "cpu_count", lambda: 32)
+
+    here = os.path.dirname(os.path.abspath(fc.__file__))
+    session = SimpleNamespace(args=["fuzz/test_gemm_rs.py::test_compute"],
+                              invocation_params=SimpleNamespace(dir=os.path.dirname(here)))
+
+    def workers(config=session, **flags):
+        monkeypatch.setattr(config_mod, "_CURRENT", Cfg(**flags))
+        return fc.pytest_xdist_auto_num_workers(config)
+
+    assert workers(**{"--topology": "shared-gpu"}) == 8
+    assert workers(**{"--topology": "shared-gpu,multi-gpu"}) == 12
+    assert workers(**{"--topology": "multi-gpu"}) == 4
+    assert workers(**{"--topology": "cpu,shared-gpu"}) is None
+    assert workers(**{"--topology": "multi-gpu", "--nnodes": "2"}) is None
+    monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu", "shared-gpu"])
+    assert workers() is None  # the default on a GPU host gates cpu too
+    monkeypatch.setattr(fc.os, "cpu_count", lambda: 6)
+    assert workers(**{"--topology": "shared-gpu,multi-gpu"}) == 6  # never more than the cores
+    whole = SimpleNamespace(args=["tests", "fuzz"], invocation_params=session.invocation_params)
+    assert workers(whole, **{"--topology": "shared-gpu"}) is None  # ci/test's session: its CPU tests spread
+    inside = SimpleNamespace(args=[here], invocation_params=SimpleNamespace(dir="/"))
+    assert workers(inside, **{"--topology": "shared-gpu"}) == 6
