@@ -2,9 +2,9 @@
 
 Joins the process group for its topology, connects to the driver (``_GEMM_RS_DRIVER``=host:port), says hello (rank,
 node, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's result (its
-checks, or the traceback of an exception that escaped ``run_case`` -- or of a GPU fault that surfaced when the case's
-queued work was waited for, :func:`run_one`) as soon as it has it — no collective between a case's checks and its
-result, no verdict agreed among ranks. Its stdout/stderr go to
+checks, or the traceback of an exception that escaped ``run_case``, a GPU fault of the case's work included:
+``run_case`` waits for it) as soon as it has it — no collective between a case's checks and its result, no verdict
+agreed among ranks. Its stdout/stderr go to
 ``$_GEMM_RS_LOGDIR/rank{r}.log``; the stack signal (``fuzz.config.STACK_SIGNAL``) makes faulthandler write every
 thread's stack to ``rank{r}.stacks`` (how the driver collects stacks from a hung rank); it dies with its parent (no
 orphans).
@@ -155,27 +155,6 @@ def trim_gpu_cache(torch_mod, device, keep: int = CACHE_KEEP_BYTES) -> bool:
     return True
 
 
-def run_one(ctx, case_json: str | dict, run_case, describe_exception) -> tuple[list, str | None]:
-    """One case on this rank: (its checks, the traceback of what escaped, or None). On a GPU the case's queued
-    work is waited for before its result goes out: a fault it caused asynchronously (an illegal address, a kernel's
-    spin-timeout trap) is then this case's error, with this case's checks. Without the wait such an error surfaced
-    at the rank's next CUDA call -- the next case's, or the cache trim after this result, which killed the rank
-    between cases: the next case was reported DIED, re-ran clean on a fresh pool and read as flaky, and the case
-    that caused it stood as passed."""
-    import torch
-
-    from .case import Case
-
-    checks: list = []
-    try:
-        checks = run_case(ctx, Case.from_json(case_json))
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize(ctx.device)
-    except BaseException as exc:  # noqa: BLE001 — every failure goes back to the driver
-        return checks, describe_exception(exc)
-    return checks, None
-
-
 def main() -> int:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
@@ -200,6 +179,7 @@ def main() -> int:
     from kernel.registry import load_implementation
 
     from . import phases
+    from .case import Case
     from .channel import ChannelClosed, connect
     from .execute import RankContext, describe_exception, run_case
 
@@ -242,8 +222,11 @@ def main() -> int:
         checks, error = [], load_error
         phases.begin()
         if error is None:
-            with profiler:
-                checks, error = run_one(ctx, msg["case"], run_case, describe_exception)
+            try:
+                with profiler:
+                    checks = run_case(ctx, Case.from_json(msg["case"]))
+            except BaseException as exc:  # noqa: BLE001 — every failure goes back to the driver
+                error = describe_exception(exc)
         seconds = time.perf_counter() - t0
         # The result goes to the driver now, before any cross-rank collective: the driver alone judges,
         # and a rank whose exception left its peers blocked in a collective still gets its report out.

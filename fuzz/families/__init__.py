@@ -72,18 +72,22 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
         checks = groups.run_layout(ctx, case, lambda view: run_family(view, case, runner),
                                    lambda world: run_family(world, case, groups.world_call))
     checks = checks + calls.checks + calls.finish()
+    # The case's queued GPU work, waited for before its result goes out: a fault it caused asynchronously (an
+    # illegal address, a kernel's spin-timeout trap) raises here, as this case's error. Unwaited, it surfaced at the
+    # rank's next CUDA call -- the cache trim between cases killed the rank (12th session, one H200): the next case
+    # read DIED, re-ran clean on a fresh pool as flaky, and the case that caused it stood as passed.
+    ctx.sync()
     if any(not c.skipped and c.name != main_path_available.__name__ for c in checks):
         checks += settled_guards(ctx)  # only after a family that ran: a skipped case stays skipped
     return checks
 
 
 def settled_guards(ctx: RankContext) -> list[CheckResult]:
-    """At the case's end, once this rank's queued GPU work is done, the guard regions of every instance it holds
-    once more: a write past a workspace that landed after the per-call checks read them (work left on another
-    stream) shows in the case that made it -- later it would show in the next case, or never, when the instance
-    is closed first. No collective (a rank's result never waits for its peers): a peer's late write is the next
-    case's finding."""
-    ctx.sync()
+    """Once the rank's GPU work for the case is done (:func:`run_case` waits first), the guard regions of every
+    instance it holds once more: a write past a workspace that landed after the per-call checks read them (work
+    left on another stream) shows in the case that made it -- later it would show in the next case, or never, when
+    the instance is closed first. No collective (a rank's result never waits for its peers): a peer's late write
+    is the next case's finding."""
     out = []
     for label, impl in ctx.held_impls().items():
         regions = impl.guard_regions()

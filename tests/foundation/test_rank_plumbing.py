@@ -24,36 +24,44 @@ def test_failed_crashed_and_hung_ranks_are_all_reported(run_ranks, dist_helpers)
     assert elapsed < 120
 
 
-def test_a_gpu_fault_surfacing_after_a_cases_checks_is_that_cases_error(monkeypatch):
-    """The rank waits for a case's queued GPU work before its result goes out: an asynchronous fault (illegal
-    address, a kernel's spin-timeout trap) is reported with the case that caused it, not at the next CUDA call
-    (the next case's, or the cache trim between cases that killed the rank)."""
-    from types import SimpleNamespace
 
+def test_a_gpu_fault_surfacing_at_the_cases_end_escapes_that_case(monkeypatch):
+    """run_case waits for the case's queued GPU work before it returns: an asynchronous fault (illegal address, a
+    kernel's spin-timeout trap) escapes this case -- its error on the driver's side -- not the next CUDA call (the
+    next case's, or the cache trim between cases that killed the rank)."""
     import torch
 
-    from fuzz import rank_worker
+    from fuzz import families
     from fuzz.case import Case
+    from properties.result import CheckResult
 
+    class Calls:
+        checks: list = []
+
+        def finish(self):
+            return []
+
+    class Ctx:
+        device, rank, waited = torch.device("cpu"), 0, 0
+
+        def begin_case(self):
+            return Calls()
+
+        def sync(self):
+            Ctx.waited += 1
+            if self.fault:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        def held_impls(self):
+            return {}
+
+    ran = CheckResult(name="within_tolerance", passed=True, rank=0)
+    monkeypatch.setattr(families, "run_family", lambda ctx, case, runner: [ran])
     case = Case("compute", seed=1, N=64, K=64, max_M=64, ms=[3])
-    ran = []
-
-    def run_case(ctx, c):
-        ran.append(c)
-        return ["its checks"]
-
-    def faulted(device=None):
-        raise RuntimeError("CUDA error: an illegal memory access was encountered")
-
-    monkeypatch.setattr(torch.cuda, "synchronize", faulted)
-    gpu = SimpleNamespace(device=torch.device("cuda", 0))
-    checks, error = rank_worker.run_one(gpu, case.to_json(), run_case, lambda e: f"{type(e).__name__}: {e}")
-    assert ran == [case] and checks == ["its checks"]
-    assert error == "RuntimeError: CUDA error: an illegal memory access was encountered"
-    cpu = SimpleNamespace(device=torch.device("cpu"))  # no device to wait for
-    assert rank_worker.run_one(cpu, case.to_json(), run_case, str) == (["its checks"], None)
-
-    def raising(ctx, c):
-        raise ValueError("escaped")
-
-    assert rank_worker.run_one(cpu, case.to_json(), raising, str) == ([], "escaped")
+    ok = Ctx()
+    ok.fault = False
+    assert families.run_case(ok, case) == [ran] and Ctx.waited == 1
+    bad = Ctx()
+    bad.fault = True
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        families.run_case(bad, case)
