@@ -192,38 +192,34 @@ def stuck_at(stacks: str) -> str:
     return f"{m.group(3)} ({os.path.basename(m.group(1))}:{m.group(2)})"
 
 
-def load_cases(out_dir: str) -> list[dict]:
-    rows = []
+def load_case_files(out_dir: str) -> list[list[dict]]:
+    """The case records of each ``cases-<worker>.jsonl``, in the order the worker wrote them."""
+    out = []
     for path in sorted(glob.glob(os.path.join(out_dir, "cases-*.jsonl"))):
         with open(path) as f:
-            rows += [json.loads(line) for line in f if line.strip()]
-    return rows
+            out.append([json.loads(line) for line in f if line.strip()])
+    return out
 
 
 #: What ``failures.jsonl`` keeps of the case recorded before a failure (see :func:`failure_records`).
 PREVIOUS_KEYS = ("test", "case", "status", "seconds", "repro")
 
 
-def failure_records(out_dir: str) -> list[dict]:
+def failure_records(case_files: list[list[dict]]) -> list[dict]:
     """Every case record that did not pass, whole (rank logs, stacks, errors), each with ``previous_case``: the
     case recorded before it on the same worker for the same (implementation, topology, W) -- the pool's previous
     case unless the pool was restarted in between -- or None. A fault that work of one case leaves behind can
     surface in the next one (the 12th session's H200 run: a rank died between two cases); the report keeps both
     in a file small enough to keep as a CI artifact where the whole ``cases-*.jsonl`` is not."""
     out = []
-    for path in sorted(glob.glob(os.path.join(out_dir, "cases-*.jsonl"))):
+    for rows in case_files:
         before: dict[tuple, dict] = {}
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                key = (row.get("impl"), row.get("topology"), row.get("world_size"))
-                if not Status(row["status"]).ok:
-                    prev = before.get(key)
-                    out.append({**row, "previous_case": None if prev is None else
-                                {k: prev.get(k) for k in PREVIOUS_KEYS}})
-                before[key] = row
+        for row in rows:
+            key = (row.get("impl"), row.get("topology"), row.get("world_size"))
+            if not Status(row["status"]).ok:
+                prev = before.get(key)
+                out.append({**row, "previous_case": None if prev is None else {k: prev.get(k) for k in PREVIOUS_KEYS}})
+            before[key] = row
     return out
 
 
@@ -249,7 +245,8 @@ def environment() -> dict:
 
 
 def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, interrupted: str | None = None) -> dict:
-    cases = load_cases(out_dir)
+    case_files = load_case_files(out_dir)
+    cases = [row for rows in case_files for row in rows]
     table: dict[tuple, dict] = defaultdict(lambda: {"cases": 0, "failures": 0, "worst_over_budget": 0.0})
     skipped: dict[str, int] = defaultdict(int)
     for row in cases:
@@ -323,7 +320,7 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write(summary["markdown"])
     with open(os.path.join(out_dir, "failures.jsonl"), "w") as f:
-        f.writelines(json.dumps(row) + "\n" for row in failure_records(out_dir))
+        f.writelines(json.dumps(row) + "\n" for row in failure_records(case_files))
     return summary
 
 
