@@ -636,7 +636,6 @@ def test_clustered_configs_only_where_every_cluster_of_the_grid_fits_at_once(mon
 def test_the_cluster_occupancy_query_runs_once_per_device_and_size(monkeypatch):
     """Each HardwareInfo query compiles and loads a dummy kernel after a device synchronize: asked once per
     process and (device, cluster size), not at every instance's construction."""
-    import sys
     from types import ModuleType
 
     from kernel.fused import wrapper
