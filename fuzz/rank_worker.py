@@ -155,6 +155,21 @@ def trim_gpu_cache(torch_mod, device, keep: int = CACHE_KEEP_BYTES) -> bool:
     return True
 
 
+def between_cases(torch_mod, device, describe) -> str | None:
+    """The rank's step after a case's result went out (:func:`trim_gpu_cache`); the error every later case of
+    this rank gets if its CUDA context is gone (``describe``: the exception's text), else None.
+
+    The rank stays alive either way: dying here, torchrun would take every peer down before the driver asked the
+    ranks that gave no result where they are (12th and 13th sessions, one H200: a W = 8 case's ranks 0-5 hit the
+    kernels' spin-timeout trap, the trim raised their CUDA error again and they exited; ranks 6 and 7, silent,
+    were killed with them and their stacks lost). It still answers the stack signal and ``stop``."""
+    try:
+        trim_gpu_cache(torch_mod, device)
+    except Exception as exc:  # noqa: BLE001 -- the case's own error has gone out already
+        return f"this rank's CUDA context broke after an earlier case:\n{describe(exc)}"
+    return None
+
+
 def main() -> int:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
@@ -209,6 +224,7 @@ def main() -> int:
     chan.send({"type": "hello", "rank": rank, "node": node, "pid": os.getpid(), "optimize": sys.flags.optimize,
                "device": str(device), "torch": torch.__version__, "backend": backend})
     profiler = CaseProfiler.for_rank(rank, world_size, topology)
+    broken = None
     while True:
         try:
             msg = chan.recv()
@@ -219,7 +235,7 @@ def main() -> int:
         if msg.get("type") != "case":
             continue
         t0 = time.perf_counter()
-        checks, error = [], load_error
+        checks, error = [], load_error or broken
         phases.begin()
         if error is None:
             try:
@@ -227,13 +243,15 @@ def main() -> int:
                     checks = run_case(ctx, Case.from_json(msg["case"]))
             except BaseException as exc:  # noqa: BLE001 — every failure goes back to the driver
                 error = describe_exception(exc)
+                if ctx.calls is not None and ctx.calls.trail:
+                    error += "\n" + ctx.calls.trail_text()
         seconds = time.perf_counter() - t0
         # The result goes to the driver now, before any cross-rank collective: the driver alone judges,
         # and a rank whose exception left its peers blocked in a collective still gets its report out.
         chan.send({"type": "result", "id": msg["id"], "rank": rank, "error": error,
                    "checks": [c.to_json() for c in checks],
                    "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize})
-        trim_gpu_cache(torch, device)
+        broken = broken or between_cases(torch, device, describe_exception)
     profiler.close()
     if preloading is not None:
         preloading.join(timeout=60)

@@ -58,6 +58,7 @@ class CaseCalls:
         self.rank, self.world_size = rank, world_size
         self.checks: list[CheckResult] = []
         self._held: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (label, result, copy on return)
+        self.trail: list[str] = []  # every call begun, with the kernel path it was to take (trail_text)
 
     def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True,
              rank: int | None = None, world_size: int | None = None):
@@ -71,6 +72,8 @@ class CaseCalls:
         M = int(x.shape[0])
         S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
         expected, reason = impl.expected_path(x, w)
+        self.trail.append(f"{tag} M={M} group rank {r}/{W} {'captured ' if captured else ''}expected path "
+                          f"{expected}{kernel_path(impl, M) if expected == impl.main_path else ''}")
         impl.last_path = None
         try:
             y = impl(x, w, out=out)
@@ -112,10 +115,30 @@ class CaseCalls:
         self._held.clear()
         return [res]
 
+    def trail_text(self, last: int = 8) -> str:
+        """The last ``last`` calls this rank began in the case, oldest first: beside a GPU fault that surfaced
+        later (a kernel's trap at the next synchronise), the ranks' trails show which kernels they ran -- ranks
+        that ran different kernels for one call wait for each other forever."""
+        shown = self.trail[-last:]
+        more = f" (the last {len(shown)} of {len(self.trail)})" if len(self.trail) > len(shown) else ""
+        return f"calls this rank began in the case{more}:\n" + "\n".join(f"  {t}" for t in shown)
+
     def _record(self, check: CheckResult, tag: str, M: int) -> None:
         check.extra.setdefault("call", tag)
         check.extra.setdefault("M", M)
         self.checks.append(check)
+
+
+def kernel_path(impl, M: int) -> str:
+    """`` (kernel path ...)`` where the implementation says which kernel a call of M rows runs (the fused
+    kernel's ``call_path``: protocol, tile config index, K parts), else ``""``."""
+    path = getattr(impl, "call_path", None)
+    if not callable(path):
+        return ""
+    try:
+        return f" (kernel path {path(M)})"
+    except Exception as exc:  # noqa: BLE001 -- a diagnostic: the call itself reports what is wrong
+        return f" (kernel path unknown: {type(exc).__name__}: {exc})"
 
 
 def conformed(y, shape: tuple[int, int], device) -> torch.Tensor:

@@ -69,6 +69,7 @@ from .config import (
     SPLIT_K_CROSS_RANK_FAULTS,
     SPLIT_K_FAULTS,
     SUPPORTED_CAPABILITY,
+    GemmConfig,
     check_protocol,
     check_push_build,
     normalize_faults,
@@ -163,13 +164,33 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
         return 0
 
 
-def clusters_co_resident(device: torch.device, sm_count: int, cluster_size: int) -> bool:
-    """Whether a persistent grid of ``sm_count`` CTAs in clusters of ``cluster_size`` runs all at once on
-    ``device`` (the GEMM-RS kernels' deadlock freedom needs every CTA co-resident: a CTA spinning on a sibling's
-    flag must not hold the SM that sibling waits for). CPU instances launch nothing: True."""
+#: Cluster sizes of the tile configs (``kernel.fused.tiles.kernel_configs``: the clustered 64-row tiles are 2-CTA).
+CLUSTER_SIZES = (2,)
+
+
+def device_facts(device: torch.device) -> dict:
+    """What this rank's tile-config choice reads from its GPU: its SM count and, per cluster size, how many such
+    clusters run at once (:func:`max_active_clusters`). CPU: none."""
     if device.type != "cuda":
-        return True
-    return max_active_clusters(device.index or 0, cluster_size) * cluster_size >= sm_count
+        return {}
+    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+    return {"sm_count": int(sm_count),
+            "clusters": {size: max_active_clusters(device.index or 0, size) for size in CLUSTER_SIZES}}
+
+
+def agreed_device_facts(per_rank: list[dict]) -> tuple[int, frozenset]:
+    """``(SM count, cluster sizes)`` every rank of a group compiles its tile configs for, from every rank's
+    :func:`device_facts`: the smallest SM count (the persistent grid of each rank's kernels), and the cluster
+    sizes whose persistent grid of that many CTAs is co-resident on **every** rank's GPU. The tile config of a
+    call is a pure function of M and these: ranks that read different facts (a GPU with fewer SMs, a cluster
+    occupancy query that failed on one rank -- it returns 0) would pick different kernels for one M, and the
+    fused call would wait forever for peers that run another one (a HANG, or the kernels' spin-timeout trap)."""
+    if not per_rank or any(not f for f in per_rank):
+        raise ValueError(f"every rank's device facts are needed, got {per_rank}")
+    sm_count = min(int(f["sm_count"]) for f in per_rank)
+    sizes = frozenset(size for size in CLUSTER_SIZES
+                      if all(int(f["clusters"].get(size, 0)) * size >= sm_count for f in per_rank))
+    return sm_count, sizes
 
 
 #: Where :meth:`FusedGemmRs.declared_paths` looks for a call of each tile config: (N, K) shapes and row counts,
@@ -239,6 +260,7 @@ class FusedGemmRs(GemmRsImplementation):
         self._config = config
         self._small_m_config = small_m_config
         self._tile_configs = {}  # protocol -> its tile configs (kernel_protocols())
+        self._agreed_facts = None  # (SM count, cluster sizes) the tile configs are built for (_device_facts)
         self._compiled = None  # protocol -> one compiled kernel per tile config, for every M and rank
         self._workspace = None
         self._split = None  # split-K parts (kernel.fused.workspace.SplitParts), where a split-K config can run
@@ -260,6 +282,7 @@ class FusedGemmRs(GemmRsImplementation):
             self.should_run_min_m = min(measured_min_m(self.N, self.K, self.world_size, p, default=default)
                                         for p in self.kernel_protocols())
             if self.world_size > 1:
+                self._agree_device_facts()
                 self._allocate_workspace()
                 self._choose_push_order()
             self._allocate_split_parts()
@@ -458,18 +481,42 @@ class FusedGemmRs(GemmRsImplementation):
         if protocol not in self._tile_configs:
             from .tiles import kernel_configs
 
-            sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
+            sm_count, cluster_sizes = self._device_facts()
             configs = [c for c in kernel_configs(protocol, sm_count, 4 if self.experiment == "ring4" else None)
                        if not (c.split_k and self.batch_invariant)]
-            clustered = {c.cluster_m for c in configs if c.cluster_m > 1}
-            if any(not clusters_co_resident(self.device, sm_count, size) for size in clustered):
-                configs = [c for c in configs if c.cluster_m == 1]  # a grid that would not all run at once
+            # a clustered grid that would not all run at once on every rank of the group: none
+            configs = [c for c in configs if c.cluster_m == 1 or c.cluster_m in cluster_sizes]
             if self._config is not None:
                 configs[0] = self._config
             if self._small_m_config is not None:
                 configs[-1] = self._small_m_config
             self._tile_configs[protocol] = tuple(configs)
         return self._tile_configs[protocol]
+
+    def _device_facts(self) -> tuple[int, frozenset]:
+        """``(SM count, cluster sizes)`` this instance's tile configs are built for: agreed by the group at
+        construction (:meth:`_agree_device_facts`), else this rank's own (an instance without the fused path;
+        W = 1)."""
+        if self._agreed_facts is None:
+            facts = device_facts(self.device)
+            self._agreed_facts = agreed_device_facts([facts]) if facts else (GemmConfig.sm_count,
+                                                                             frozenset(CLUSTER_SIZES))
+        return self._agreed_facts
+
+    def _agree_device_facts(self) -> None:
+        """Every rank's :func:`device_facts`, gathered on the group (collective, like the construction), and
+        the common ``(SM count, cluster sizes)`` kept (:func:`agreed_device_facts`); a rank whose own facts would
+        have chosen other tile configs warns, naming the group's."""
+        import torch.distributed as dist
+
+        mine = device_facts(self.device)
+        per_rank = [None] * self.world_size
+        dist.all_gather_object(per_rank, mine, group=self.group)
+        self._agreed_facts = agreed_device_facts(per_rank)
+        if agreed_device_facts([mine]) != self._agreed_facts:
+            warnings.warn(f"rank {self.rank}: the group's GPUs differ in what the tile configs read (per group rank: "
+                          f"{per_rank}); every rank builds for {self._agreed_facts[0]} SMs and cluster sizes "
+                          f"{sorted(self._agreed_facts[1])}", RuntimeWarning, stacklevel=3)
 
     def _compile(self) -> dict:
         """Per kernel protocol, one compiled kernel per tile config. Each protocol's configs are compiled

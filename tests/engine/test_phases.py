@@ -122,3 +122,23 @@ def test_a_gpu_rank_gives_cached_memory_back_after_a_case_only_past_the_threshol
     assert trim_gpu_cache(fake_torch(CACHE_KEEP_BYTES + 1), gpu) and emptied == [1]
     assert not trim_gpu_cache(fake_torch(CACHE_KEEP_BYTES), gpu) and emptied == [1]
     assert not trim_gpu_cache(fake_torch(10 * CACHE_KEEP_BYTES), cpu) and emptied == [1]
+
+
+def test_a_rank_whose_cuda_context_broke_between_cases_stays_to_be_asked():
+    """The trim after a case raising (the case's kernel trapped: the context is gone) must not end the rank --
+    torchrun would kill its silent peers before the driver took their stacks: the rank keeps serving, every later
+    case gets the error."""
+    import types
+
+    from fuzz.rank_worker import CACHE_KEEP_BYTES, between_cases
+
+    def empty_cache():
+        raise RuntimeError("CUDA error: unspecified launch failure")
+
+    gpu = types.SimpleNamespace(type="cuda")
+    broken = types.SimpleNamespace(cuda=types.SimpleNamespace(memory_reserved=lambda device: 2 * CACHE_KEEP_BYTES,
+                                                              empty_cache=empty_cache))
+    fine = types.SimpleNamespace(cuda=types.SimpleNamespace(memory_reserved=lambda device: 0, empty_cache=None))
+    said = between_cases(broken, gpu, lambda exc: f"{type(exc).__name__}: {exc}")
+    assert said.startswith("this rank's CUDA context broke after an earlier case") and "unspecified launch" in said
+    assert between_cases(fine, gpu, str) is None

@@ -175,7 +175,58 @@ def test_the_held_instances_guards_are_checked_again_at_the_cases_end():
             return {"instance A": Impl(pattern.clone()), "instance B": Impl(late), "no guards": Impl(None)}
 
     checks = settled_guards(Ctx())
-    assert [c.name for c in checks] == ["guard_regions_untouched"] * 2
-    intact, hit = checks
-    assert intact.passed and "instance A" in intact.detail and intact.extra["when"] == "case end"
-    assert not hit.passed and hit.rank == 1 and "instance B" in hit.detail and "1 of 16" in hit.detail
+    assert [c.name for c in checks] == ["guard_regions_untouched"]  # one check, one read-back for every instance
+    (hit,) = checks
+    assert not hit.passed and hit.rank == 1 and hit.extra["when"] == "case end"
+    assert "instance B: after the flags" in hit.detail and "1 of 16" in hit.detail and hit.total == 32
+
+    Ctx.held_impls = lambda self: {"instance A": Impl(pattern.clone()), "no guards": Impl(None)}
+    (intact,) = settled_guards(Ctx())
+    assert intact.passed and intact.total == 16 and intact.extra["when"] == "case end"
+    Ctx.held_impls = lambda self: {"no guards": Impl(None)}
+    assert settled_guards(Ctx()) == []
+
+
+def test_a_ranks_error_names_the_kernels_its_calls_were_to_run():
+    """Every call a rank begins goes on the case's trail with the kernel path the implementation says it takes
+    (``call_path``, where it has one); a rank's error carries the trail (fuzz/rank_worker.py), so ranks whose
+    calls ran different kernels -- and waited for each other until a trap -- show it side by side."""
+    import torch
+
+    from fuzz.families.calls import CallRaised, CaseCalls
+
+    class Impl:
+        main_path, N, device = "fused", 4, torch.device("cpu")
+        last_path = None
+
+        def expected_path(self, x, w):
+            return ("fused", "") if x.shape[0] > 1 else ("unfused", "M = 1: below the crossover")
+
+        def call_path(self, M):
+            if M == 3:
+                raise ValueError("no tile config")
+            return ("pull", 2 if M < 64 else 0, 1)
+
+        def state_tensors(self):
+            return {}
+
+        def __call__(self, x, w, out=None):
+            self.last_path = self.expected_path(x, w)[0]
+            if x.shape[0] == 5:
+                raise RuntimeError("planted")
+            return torch.zeros(x.shape[0], self.N, dtype=torch.bfloat16)
+
+    calls, impl, w = CaseCalls(1, 2), Impl(), torch.zeros(4, 4)
+    for M in (2, 1, 3):
+        calls.call(impl, torch.zeros(M, 4), w, tag=f"call{M}")
+    with pytest.raises(CallRaised):
+        calls.call(impl, torch.zeros(5, 4), w, tag="late", captured=True)
+    assert calls.trail == [
+        "call2 M=2 group rank 1/2 expected path fused (kernel path ('pull', 2, 1))",
+        "call1 M=1 group rank 1/2 expected path unfused",
+        "call3 M=3 group rank 1/2 expected path fused (kernel path unknown: ValueError: no tile config)",
+        "late M=5 group rank 1/2 captured expected path fused (kernel path ('pull', 2, 1))",
+    ]
+    text = calls.trail_text(last=2)
+    assert text.startswith("calls this rank began in the case (the last 2 of 4):")
+    assert "call3 M=3" in text and "late M=5" in text and "call2" not in text

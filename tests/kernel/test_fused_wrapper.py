@@ -18,6 +18,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -606,30 +607,59 @@ def test_kernel_loaded_from_the_host_cache_runs_like_a_fresh_compile(tmp_path, m
     assert _within_bound(ys[1], x, w) is None
 
 
-def test_clustered_configs_only_where_every_cluster_of_the_grid_fits_at_once(monkeypatch):
+def test_clustered_configs_only_where_every_cluster_of_the_grid_fits_at_once_on_every_rank():
     """The GEMM-RS kernels need their whole persistent grid co-resident (a CTA spinning on a sibling's flag must not
-    hold the SM the sibling waits for): where the GPU runs fewer than sm_count / 2 clusters of two at once (MIG, odd
-    floor-sweeping), the instance compiles no clustered config; a CPU instance launches nothing and keeps them."""
-    from types import SimpleNamespace
+    hold the SM the sibling waits for): a cluster size is kept only where every rank's GPU runs sm_count / size such
+    clusters at once (MIG, odd floor-sweeping, a failed occupancy query: 0), and the grid is the group's smallest
+    SM count -- the tile config of a call must be the same on every rank."""
+    from kernel.fused.wrapper import agreed_device_facts
+
+    fits, short, failed = ({"sm_count": 132, "clusters": {2: n}} for n in (66, 65, 0))
+    assert agreed_device_facts([fits]) == (132, frozenset({2}))
+    assert agreed_device_facts([short]) == (132, frozenset())
+    assert agreed_device_facts([fits, failed, fits]) == (132, frozenset())  # one rank's failed query: none anywhere
+    assert agreed_device_facts([fits, {"sm_count": 114, "clusters": {2: 57}}]) == (114, frozenset({2}))
+    assert agreed_device_facts([fits, {"sm_count": 132, "clusters": {}}]) == (132, frozenset())
+    with pytest.raises(ValueError):
+        agreed_device_facts([fits, {}])  # a CPU rank in a GPU group: no facts to agree on
+
+
+def test_the_group_agrees_on_the_tile_configs_at_construction(monkeypatch):
+    """A rank whose own GPU facts would keep the clustered configs builds none when a peer's cannot run them (its
+    occupancy query failed): the ranks' tile configs -- and so every call's kernel -- stay the same; the rank
+    warns. Without the agreement the fused call at a clustered M waited for peers running another kernel (a
+    W = 8 gate case on one H200 ended in the kernels' spin-timeout trap, 13th session)."""
+    import torch.distributed as dist
 
     from kernel.fused import wrapper
 
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
-    cuda0 = torch.device("cuda", 0)
-    monkeypatch.setattr(wrapper, "max_active_clusters", lambda index, size: 66)
-    assert wrapper.clusters_co_resident(cuda0, 132, 2)
-    monkeypatch.setattr(wrapper, "max_active_clusters", lambda index, size: 65)
-    assert not wrapper.clusters_co_resident(cuda0, 132, 2)
-    assert wrapper.clusters_co_resident(torch.device("cpu"), 132, 2)
-
-    impl = FusedGemmRs(max_M=1024, N=4096, K=2048, device="cpu")
+    impl = FusedGemmRs(max_M=1024, N=4096, K=2048, device="cpu")  # a CPU instance launches nothing: every config
     assert [c.label for c in impl.tile_configs("pull") if c.cluster_m > 1] == ["64x112c2", "64x128c2"]
     impl.close()
-    monkeypatch.setattr(wrapper, "clusters_co_resident", lambda device, sm_count, size: False)
+
+    mine, peer = {"sm_count": 132, "clusters": {2: 66}}, {"sm_count": 132, "clusters": {2: 0}}
+    monkeypatch.setattr(wrapper, "device_facts", lambda device: dict(mine))
+
+    def all_gather_object(out, obj, group=None):
+        out[:] = [obj, peer]
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
     impl = FusedGemmRs(max_M=1024, N=4096, K=2048, device="cpu")
+    impl.world_size = 2
+    with pytest.warns(RuntimeWarning, match="every rank builds for 132 SMs and cluster sizes \\[\\]"):
+        impl._agree_device_facts()
     configs = impl.tile_configs("pull")
     assert configs and all(c.cluster_m == 1 for c in configs) and configs[-1].label == "64x128"
     assert configs[impl.tile_config_index(128)].consumer_warpgroups == 1  # M = 128: 64-row tiles, unclustered
+    impl.close()
+
+    peer = dict(mine)  # the same facts everywhere: no warning, the clustered configs kept
+    impl = FusedGemmRs(max_M=1024, N=4096, K=2048, device="cpu")
+    impl.world_size = 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        impl._agree_device_facts()
+    assert [c.label for c in impl.tile_configs("pull") if c.cluster_m > 1] == ["64x112c2", "64x128c2"]
     impl.close()
 
 
