@@ -10,7 +10,8 @@ call, a graph replay) run as usual -- with ``--paths``, also the gate's cases of
 implementation declares (``all``, or ``split``: the fused kernel's split-K ones, labelled ``split-K``, or
 ``cluster``: the fused kernel's clustered tiles, whose CTAs fill each other's shared memory;
 :func:`fuzz.strategies.path_cases`); then the pool is closed so every sanitizer writes its summary, and
-the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` plus every case passed. Exit 0 / 1. With ``--time-limit``
+the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` (racecheck: no hazard but in the library kernels
+of :data:`LIBRARY_KERNELS`, which are listed) plus every case passed. Exit 0 / 1. With ``--time-limit``
 no case starts past the limit; the pool is still closed, so the sanitizers report on what ran, and a run that left
 a case out ends ``CUT`` (exit 1), never ``CLEAN``.
 """
@@ -55,17 +56,39 @@ SMALL_CASES = [
 ]
 
 
-def summaries(logdir: str) -> dict[str, int | None]:
-    """sanitizer log -> errors reported (None: no summary line, i.e. the process did not end cleanly).
-    memcheck/synccheck/initcheck end with ``ERROR SUMMARY: N errors``; racecheck with ``RACECHECK
-    SUMMARY: H hazards displayed (E errors, W warnings)``, whose errors and warnings both count."""
+#: Kernels of other libraries whose racecheck hazards are listed but not counted against the implementation, by
+#: substring of the mangled name: cuBLAS's ``nvjet_sm90_*`` (torch.mm of the oracle, the truth and the unfused
+#: fallback). On one H200 (13th session) racecheck reported 448 hazards in each of two of them (shared memory
+#: ordered by TMA and mbarriers, which racecheck does not follow) and none in this project's kernels. They stay
+#: instrumented (``--kernel-name-exclude`` made the sanitizer fail on a hardware exception in the same run); a hazard
+#: naming any other kernel, or one not displayed (past ``--print-limit``), counts.
+LIBRARY_KERNELS = ("nvjet_",)
+
+_RACE = re.compile(r"(?:Error|Warning): Race reported between \w+ access at (\S+?)\+0x[0-9a-f]+\s*\n=*\s*"
+                   r"and \w+ access at (\S+?)\+0x[0-9a-f]+")
+
+
+def library_hazards(text: str) -> list[str]:
+    """The racecheck reports in ``text`` whose two accesses are both in :data:`LIBRARY_KERNELS` (one line each)."""
+    return [f"{a} / {b}" for a, b in _RACE.findall(text)
+            if all(any(lib in k for lib in LIBRARY_KERNELS) for k in (a, b))]
+
+
+def summaries(logdir: str, library: list[str] | None = None) -> dict[str, int | None]:
+    """Per sanitizer log in ``logdir``: the error count of its summary, None when there is none (the
+    process did not finish). memcheck/synccheck/initcheck end with ``ERROR SUMMARY: N errors``; racecheck with
+    ``RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)``, whose errors and warnings both count but
+    for the reports in library kernels (:func:`library_hazards`, appended to ``library``)."""
     out = {}
     for path in sorted(glob.glob(os.path.join(logdir, "sanitizer-*.log"))):
         text = open(path, errors="replace").read()
         m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
         race = re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
         if race:
-            out[os.path.basename(path)] = int(race[-1][0]) + int(race[-1][1])
+            theirs = library_hazards(text)
+            if library is not None:
+                library += [f"{os.path.basename(path)}: {h}" for h in theirs]
+            out[os.path.basename(path)] = max(0, int(race[-1][0]) + int(race[-1][1]) - len(theirs))
         else:
             out[os.path.basename(path)] = int(m[-1]) if m else None
     return out
@@ -114,9 +137,12 @@ def main(argv=None) -> int:
                 print(report.render())
     finally:
         pool.close(grace_s=args.close_grace)  # sanitizers write their summaries at exit: give them time
-    sums = summaries(pool.logdir)
+    library: list[str] = []
+    sums = summaries(pool.logdir, library)
     for name, n in sums.items():
         print(f"{name}: {'no ERROR SUMMARY (process did not finish cleanly)' if n is None else f'{n} errors'}")
+    for hazard in library:
+        print(f"not counted (a library's kernel, LIBRARY_KERNELS): {hazard}")
     ok = (len(sums) == args.world_size and all(n == 0 for n in sums.values())
           and all(r.status.ok for r in reports))
     cut = len(reports) < len(todo)

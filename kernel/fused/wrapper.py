@@ -46,8 +46,8 @@ for W > 1 torch symmetric memory.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
+import time
 import warnings
 
 import torch
@@ -144,24 +144,40 @@ def check_weight(weight, N: int, K: int, device: torch.device) -> str | None:
     return None
 
 
-@functools.cache
+#: (device, cluster size) -> how many such clusters the GPU runs at once: the answers :func:`max_active_clusters` got.
+_ACTIVE_CLUSTERS: dict[tuple[int, int], int] = {}
+#: Times a failed cluster occupancy query is asked again before this construction does without clusters.
+CLUSTER_QUERY_TRIES = 3
+
+
 def max_active_clusters(device_index: int, cluster_size: int) -> int:
     """How many clusters of ``cluster_size`` CTAs of one CTA per SM (all the shared memory) the GPU runs at once
     (``cuOccupancyMaxActiveClusters`` through the CuTe DSL's ``HardwareInfo``); 0, with a warning, where it cannot
-    tell (then no clustered config is compiled: slower small-M calls, the same results). Asked once per process and
-    (device, size): a property of the GPU, and each query compiles and loads a dummy kernel (``HardwareInfo.
-    _get_device_function``) after a device synchronize."""
-    try:
-        from cutlass.utils import HardwareInfo
+    tell (then no clustered config is compiled: slower small-M calls, the same results). An answer is kept for the
+    process (a property of the GPU; each query compiles and loads a dummy kernel after a device synchronize); a
+    failure is not: it is asked again up to :data:`CLUSTER_QUERY_TRIES` times, and again at the next construction
+    (a failure kept for good on one rank of a group made it pick other kernels than its peers for the same M until
+    the group agreed on the facts, :func:`agreed_device_facts`)."""
+    key = (device_index, cluster_size)
+    if key in _ACTIVE_CLUSTERS:
+        return _ACTIVE_CLUSTERS[key]
+    failure = None
+    for attempt in range(CLUSTER_QUERY_TRIES):
+        try:
+            from cutlass.utils import HardwareInfo
 
-        with torch.cuda.device(device_index):
-            torch.cuda.synchronize(device_index)  # the device's primary context current on this thread (the query
-            # is a driver-API call: CUDA_ERROR_INVALID_CONTEXT before torch's first CUDA work otherwise)
-            return int(HardwareInfo(device_id=device_index).get_max_active_clusters(cluster_size))
-    except Exception as exc:  # noqa: BLE001 -- an old driver or a failed query
-        warnings.warn(f"cannot tell how many {cluster_size}-CTA clusters cuda:{device_index} runs at once ({exc}): "
-                      "the fused kernel compiles no clustered tile config", RuntimeWarning, stacklevel=2)
-        return 0
+            with torch.cuda.device(device_index):
+                torch.cuda.synchronize(device_index)  # the device's primary context current on this thread (the
+                # query is a driver-API call: CUDA_ERROR_INVALID_CONTEXT before torch's first CUDA work otherwise)
+                _ACTIVE_CLUSTERS[key] = int(HardwareInfo(device_id=device_index).get_max_active_clusters(cluster_size))
+            return _ACTIVE_CLUSTERS[key]
+        except Exception as exc:  # noqa: BLE001 -- an old driver or a failed query
+            failure = exc
+            time.sleep(0.05 * (attempt + 1))
+    warnings.warn(f"cannot tell how many {cluster_size}-CTA clusters cuda:{device_index} runs at once "
+                  f"({type(failure).__name__}: {failure}; asked {CLUSTER_QUERY_TRIES} times): this instance compiles "
+                  "no clustered tile config, nor do its group's other ranks", RuntimeWarning, stacklevel=2)
+    return 0
 
 
 #: Cluster sizes of the tile configs (``kernel.fused.tiles.kernel_configs``: the clustered 64-row tiles are 2-CTA).

@@ -663,14 +663,15 @@ def test_the_group_agrees_on_the_tile_configs_at_construction(monkeypatch):
     impl.close()
 
 
-def test_the_cluster_occupancy_query_runs_once_per_device_and_size(monkeypatch):
-    """Each HardwareInfo query compiles and loads a dummy kernel after a device synchronize: asked once per
-    process and (device, cluster size), not at every instance's construction."""
+def test_the_cluster_occupancy_query_keeps_answers_and_asks_again_after_a_failure(monkeypatch):
+    """Each HardwareInfo query compiles and loads a dummy kernel after a device synchronize: an answer is kept per
+    process and (device, cluster size), not asked at every construction; a failure is asked again (up to
+    CLUSTER_QUERY_TRIES times), then answered 0 with a warning -- and not kept: the next construction asks again."""
     from types import ModuleType
 
     from kernel.fused import wrapper
 
-    asked = []
+    asked, failing = [], []
 
     class FakeHardwareInfo:
         def __init__(self, device_id):
@@ -678,6 +679,9 @@ def test_the_cluster_occupancy_query_runs_once_per_device_and_size(monkeypatch):
 
         def get_max_active_clusters(self, size):
             asked.append((self.device_id, size))
+            if failing:
+                failing.pop()
+                raise RuntimeError("CUDA_ERROR_OUT_OF_MEMORY")
             return 66
 
     fake = ModuleType("cutlass.utils")
@@ -685,13 +689,20 @@ def test_the_cluster_occupancy_query_runs_once_per_device_and_size(monkeypatch):
     monkeypatch.setitem(sys.modules, "cutlass.utils", fake)
     monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: None)
-    wrapper.max_active_clusters.cache_clear()
-    try:
-        assert [wrapper.max_active_clusters(0, 2) for _ in range(3)] == [66, 66, 66]
-        assert wrapper.max_active_clusters(1, 2) == 66 and wrapper.max_active_clusters(0, 4) == 66
-        assert asked == [(0, 2), (1, 2), (0, 4)]
-    finally:
-        wrapper.max_active_clusters.cache_clear()  # the fake's answers stay out of the other tests
+    monkeypatch.setattr(wrapper.time, "sleep", lambda s: None)
+    monkeypatch.setattr(wrapper, "_ACTIVE_CLUSTERS", {})
+    assert [wrapper.max_active_clusters(0, 2) for _ in range(3)] == [66, 66, 66]
+    assert wrapper.max_active_clusters(1, 2) == 66 and wrapper.max_active_clusters(0, 4) == 66
+    assert asked == [(0, 2), (1, 2), (0, 4)]
+
+    asked.clear()
+    failing[:] = [1]  # one failure, then an answer: kept
+    assert wrapper.max_active_clusters(2, 2) == 66 and asked == [(2, 2), (2, 2)]
+    failing[:] = [1] * wrapper.CLUSTER_QUERY_TRIES  # every try fails: 0, a warning, nothing kept
+    with pytest.warns(RuntimeWarning, match="CUDA_ERROR_OUT_OF_MEMORY; asked 3 times"):
+        assert wrapper.max_active_clusters(3, 2) == 0
+    assert (3, 2) not in wrapper._ACTIVE_CLUSTERS
+    assert wrapper.max_active_clusters(3, 2) == 66  # the next construction's query
 
 
 def test_path_switches_are_every_m_where_the_kernel_path_changes(monkeypatch):
