@@ -141,6 +141,15 @@ class GemmRsImplementation(abc.ABC):
         rare shapes select is never left to chance. Default: none declared."""
         return ()
 
+    def path_table(self) -> tuple[tuple[int, str], ...] | None:
+        """Which code path of the main path a call of M rows (1 <= M <= max_M) runs, as pieces ``(first M,
+        path name)`` in increasing M, each running to the next piece's first M: a pure function of M and of what
+        the instance fixed at construction. Every rank of the group must hold the same table -- ranks that run
+        different kernels for one call wait for each other's signals forever (the gate gathers the tables of
+        every instance it builds: ``kernel_paths_agree_across_ranks``). None (the default): no claim, one path
+        or none it names."""
+        return None
+
     def can_run(self, weight: torch.Tensor) -> Eligibility:
         """Whether this implementation's main path supports ``weight`` and the group."""
         return Eligibility(True)

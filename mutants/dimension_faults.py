@@ -121,6 +121,22 @@ class FusedWorkspaceSharedAcrossGroups(_WrapperFault):
         super().close()
 
 
+class FusedRankDependentTiles(_WrapperFault):
+    """Tile configs built from each rank's own GPU facts, not the group's: odd ranks build no clustered config (as
+    a rank whose cluster occupancy query failed did; the W = 8 trap of the 13th session). At an M where the
+    clustered and the plain tile sets choose different kernels the ranks launch different kernels, each spinning on
+    flags the other never writes (the kernels' spin-timeout trap after 60 s); the path tables differ from
+    construction on."""
+
+    name = "fused-wrapper-rank-dependent-tiles"
+
+    def _agree_device_facts(self):
+        from kernel.fused.wrapper import agreed_device_facts, device_facts
+
+        sm_count, sizes = agreed_device_facts([device_facts(self.device)])  # the bug: this rank's facts alone
+        self._agreed_facts = (sm_count, frozenset() if self.rank % 2 else sizes)
+
+
 @dataclass(frozen=True)
 class WrapperMutantSpec:
     """One row of the GPU kill matrix for a wrapper-level mutant (same fields :mod:`mutants.meta` reads of
@@ -150,6 +166,8 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
     WrapperMutantSpec("FusedWorkspaceSharedAcrossGroups", "a flag/signal area shared between TP groups",
                       ("other_groups_untouched", "within_tolerance", "bitwise_equal", "outside_rank_untouched",
                        "hang"), (4,)),
+    WrapperMutantSpec("FusedRankDependentTiles", "the ranks of a group choose different kernels for one M",
+                      ("kernel_paths_agree_across_ranks", "call_raised", "hang", "died")),
 )
 
 

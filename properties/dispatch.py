@@ -10,6 +10,8 @@ another instance, sends a layer down the other branch). Both sides must then giv
 
 * ``dispatch_agrees_across_ranks`` — for one call, every rank of the group gave the same answers
   (``should_run(x)``, ``can_run(w)``, the should_run crossover);
+* ``kernel_paths_agree_across_ranks`` — every rank of the group holds the same path table (the code path a call
+  of each M runs: the fused kernel's tile config and split), gathered when an instance is built;
 * ``should_run_stable`` — an instance's ``should_run`` answer at each probed M is the one it gave before;
 * ``dispatch_sides_agree`` — for the same inputs, the implementation's shard and the torch path's shard
   have the same shape and padding, and the same bits on the valid rows (exact inputs) or both lie within
@@ -37,6 +39,60 @@ def dispatch_agrees_across_ranks(answers: dict[int, object], *, what: str, rank=
                        extra={"answers": {str(r): repr(a) for r, a in answers.items()}},
                        detail=f"{what}: ranks of one group answered differently ({by_rank}); a layer's ranks "
                               f"then take different branches (different collectives: a hang or mixed results)")
+
+
+def kernel_paths_agree_across_ranks(tables: dict[int, object], *, what: str, rank=None,
+                                    name="kernel_paths_agree_across_ranks") -> CheckResult:
+    """``tables``: group rank -> the instance's ``path_table()`` on that rank (pieces ``(first M, path)``, or
+    None: no claim). Passes iff every rank holds the same table; else names the first M where the ranks' paths
+    differ and which rank runs what there: ranks that run different kernels for one call wait for each other's
+    signals forever (a hang, or a kernel's spin-timeout trap) -- this says so at construction, for every M,
+    before any call."""
+    if len({repr(t) for t in tables.values()}) == 1:
+        pieces = next(iter(tables.values()))
+        return CheckResult(name=name, passed=True, rank=rank, total=len(tables),
+                           detail=f"{what}: every rank holds the same path table "
+                                  f"({len(pieces) if pieces else 0} pieces)")
+    claims = {r: t for r, t in tables.items() if _well_formed(t)}
+    if len(claims) < len(tables):  # a rank with no table, or with something else (a path_table that raised)
+        where = "any M"
+        by_rank = {r: ("a table" if r in claims else "no table" if t is None else str(t)) for r, t in tables.items()}
+    else:
+        points = sorted({int(M) for t in claims.values() for M, _ in t})
+        where, by_rank = "?", {}
+        for M in points:
+            here = {r: path_at(t, M) for r, t in claims.items()}
+            if len(set(here.values())) > 1:
+                where, by_rank = f"M={M}", here
+                break
+        else:  # the same path everywhere, tables written differently (a repeated piece): the same claim
+            return CheckResult(name=name, passed=True, rank=rank, total=len(tables),
+                               detail=f"{what}: every rank runs the same path at every M")
+    groups: dict[str, list[int]] = {}
+    for r, p in sorted(by_rank.items()):
+        groups.setdefault(p, []).append(r)
+    text = "; ".join(f"rank(s) {rs}: {p}" for p, rs in groups.items())
+    return CheckResult(name=name, passed=False, rank=rank, total=len(tables), n_wrong=len(groups) - 1,
+                       extra={"tables": {str(r): repr(t) for r, t in tables.items()}, "first_difference": where},
+                       detail=f"{what}: the ranks of one group run different code paths at {where} ({text}); "
+                              f"calls there launch different kernels on different ranks, which wait for each "
+                              f"other forever")
+
+
+def _well_formed(table) -> bool:
+    """Pieces ``(first M, path)`` (a tuple or list of pairs whose first M is an int)."""
+    return isinstance(table, (tuple, list)) and all(
+        isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], int) for p in table)
+
+
+def path_at(table, M: int) -> str | None:
+    """The path of ``table`` (pieces ``(first M, path)``) for M rows: the last piece starting at or before M."""
+    found = None
+    for first, path in table:
+        if int(first) > M:
+            break
+        found = path
+    return found
 
 
 def should_run_stable(before: dict[int, bool], after: dict[int, bool], *, what: str, rank=None,

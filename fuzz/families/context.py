@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from oracle import make_w, make_x, reference_gemm_rs, seeded_shard_truth
+from properties.dispatch import kernel_paths_agree_across_ranks
 
 from .. import phases
 from ..case import Case
@@ -150,9 +151,32 @@ class RankContext:
         return self.new_impl(case.max_M, case.N, case.K)
 
     def new_impl(self, max_M: int, N: int, K: int):
-        """A new instance on this context's group (construction is collective on the group)."""
+        """A new instance on this context's group (construction is collective on the group); its path table
+        compared across the group's ranks (:meth:`paths_agree`)."""
         with phases.phase("construct"):
-            return self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
+            impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
+            self.paths_agree(impl, f"instance max_M={max_M} N={N} K={K} on group {list(self.tp.members)}")
+        return impl
+
+    def paths_agree(self, impl, what: str) -> None:
+        """Where the implementation states which code path a call of each M runs (``path_table()``), every rank
+        of the group's table gathered (one collective, beside the construction's) and compared:
+        ``kernel_paths_agree_across_ranks`` into the case's checks. Ranks holding different tables launch
+        different kernels for the same call, which wait for each other until a timeout (seen at W = 8 on one
+        H200, 13th session); compared here, every M is covered at construction, not only the Ms called."""
+        if self.world_size == 1 or self.calls is None:
+            return
+        table = getattr(impl, "path_table", None)
+        try:
+            mine = table() if callable(table) else None
+        except Exception as exc:  # noqa: BLE001 -- still gathered: the peers must not wait for this rank
+            mine = f"path_table() raised {type(exc).__name__}: {exc}"
+        tables = self.gather(mine)
+        if all(t is None for t in tables.values()):
+            return
+        check = kernel_paths_agree_across_ranks(tables, what=what, rank=self.rank)
+        check.extra.setdefault("call", "construction")
+        self.calls.checks.append(check)
 
     def held_impls(self, *, besides: tuple[int, ...] | None = None) -> dict[str, object]:
         """label -> every long-lived instance this rank holds, on any group but ``besides`` (members)."""

@@ -277,6 +277,7 @@ class FusedGemmRs(GemmRsImplementation):
         self._small_m_config = small_m_config
         self._tile_configs = {}  # protocol -> its tile configs (kernel_protocols())
         self._agreed_facts = None  # (SM count, cluster sizes) the tile configs are built for (_device_facts)
+        self._path_table = None  # (first M, kernel path name) pieces, worked out once (path_table)
         self._compiled = None  # protocol -> one compiled kernel per tile config, for every M and rank
         self._workspace = None
         self._split = None  # split-K parts (kernel.fused.workspace.SplitParts), where a split-K config can run
@@ -487,6 +488,21 @@ class FusedGemmRs(GemmRsImplementation):
                 switches.append(M)
             before = path
         return tuple(switches)
+
+    def path_table(self) -> tuple[tuple[int, str], ...] | None:
+        """The kernel a call of M rows runs, by M (:meth:`kernel.interface.GemmRsImplementation.path_table`):
+        ``"<protocol> <tile config>"`` and `` P=<K parts>`` where split, from M = 1 and at every
+        :meth:`path_switches` point. None where the fused path cannot run (every call takes the fallback)."""
+        if self._config_reason is not None:
+            return None
+        if self._path_table is None:
+            self._path_table = tuple((M, self.path_name(M)) for M in (1, *self.path_switches(self.max_M)))
+        return self._path_table
+
+    def path_name(self, M: int) -> str:
+        """:meth:`call_path` of M rows by name: ``"pull 64x112c2"``, ``"pull 128x256 P=3"``."""
+        protocol, index, parts = self.call_path(M)
+        return f"{protocol} {self.tile_configs(protocol)[index].label}" + (f" P={parts}" if parts > 1 else "")
 
     def tile_configs(self, protocol: str | None = None) -> tuple:
         """The tile configs this instance compiles for ``protocol`` (default: its first kernel protocol),

@@ -230,3 +230,51 @@ def test_a_ranks_error_names_the_kernels_its_calls_were_to_run():
     text = calls.trail_text(last=2)
     assert text.startswith("calls this rank began in the case (the last 2 of 4):")
     assert "call3 M=3" in text and "late M=5" in text and "call2" not in text
+
+
+def test_every_instance_built_has_its_path_table_compared_across_the_group(monkeypatch):
+    """RankContext.new_impl gathers the new instance's path_table from every rank of the group (one collective
+    after the construction) and records kernel_paths_agree_across_ranks in the case; an implementation without
+    tables adds nothing; a path_table that raises is still gathered (the peers must not wait) and fails."""
+    import torch
+
+    from fuzz.families.context import RankContext
+
+    ours = ((1, "pull 64x112"), (193, "pull 64x112c2"))
+    theirs = ((1, "pull 64x112"), (193, "pull 64x128"))
+
+    class Impl:
+        table = ours
+
+        def __init__(self, group, **kw):
+            pass
+
+        def path_table(self):
+            if isinstance(self.table, Exception):
+                raise self.table
+            return self.table
+
+    gathered = []
+
+    def gather(self, answer):
+        gathered.append(answer)
+        return {0: answer, 1: peer[0]}
+
+    monkeypatch.setattr(RankContext, "gather", gather)
+    ctx = RankContext(Impl, rank=0, world_size=2, device=torch.device("cpu"))
+    ctx.begin_case()
+    peer = [ours]
+    ctx.new_impl(512, 2560, 8192)
+    peer[0] = theirs
+    ctx.new_impl(512, 2560, 8192)
+    Impl.table = ValueError("no tile configs yet")
+    ctx.new_impl(64, 64, 64)
+    agree, differ, raised = ctx.calls.checks
+    assert agree.passed and agree.name == "kernel_paths_agree_across_ranks" and agree.extra["call"] == "construction"
+    assert not differ.passed and differ.extra["first_difference"] == "M=193" and "N=2560 K=8192" in differ.detail
+    assert not raised.passed and "path_table() raised ValueError: no tile configs yet" in raised.detail
+    assert gathered[-1] == "path_table() raised ValueError: no tile configs yet"
+
+    Impl.table, peer[0] = None, None  # no claim anywhere: gathered, nothing recorded
+    ctx.new_impl(64, 64, 64)
+    assert len(ctx.calls.checks) == 3 and len(gathered) == 4

@@ -17,7 +17,12 @@ from fuzz.families.crossover import crossover_neighbours
 from fuzz.layouts import check_layout, layouts_for, outside_ranks, placement, replica_seed
 from kernel.unfused import UnfusedGemmRs
 from mutants import catalogue
-from properties.dispatch import dispatch_agrees_across_ranks, dispatch_sides_agree, should_run_stable
+from properties.dispatch import (
+    dispatch_agrees_across_ranks,
+    dispatch_sides_agree,
+    kernel_paths_agree_across_ranks,
+    should_run_stable,
+)
 from properties.state import snapshot, state_unchanged
 
 # --- layouts ------------------------------------------------------------------------------------------------
@@ -73,6 +78,27 @@ def test_dispatch_agrees_across_ranks_fails_when_one_rank_differs():
     res = dispatch_agrees_across_ranks({0: (True, True), 1: (False, True)}, what="M=127")
     assert not res.passed and "rank 1: (False, True)" in res.detail
 
+
+
+def test_kernel_paths_agree_across_ranks_names_the_first_m_where_ranks_run_other_kernels():
+    """The W = 8 trap of the 13th session as tables: ranks 6 and 7 without the clustered configs run another
+    kernel from M = 193; equal tables pass (also written with a repeated piece); a rank without a table, or whose
+    path_table raised, fails for every M."""
+    clustered = ((1, "pull 64x112"), (193, "pull 64x112c2"), (257, "pull 64x128c2"), (385, "pull 128x256 P=3"))
+    plain = ((1, "pull 64x112"), (193, "pull 64x128"), (321, "pull 128x256 P=4"), (385, "pull 128x256 P=3"))
+    same = {r: clustered for r in range(8)}
+    assert kernel_paths_agree_across_ranks(same, what="i").passed
+    repeated = {**same, 3: ((1, "pull 64x112"), (64, "pull 64x112"), *clustered[1:])}
+    assert kernel_paths_agree_across_ranks(repeated, what="i").passed
+    res = kernel_paths_agree_across_ranks({**same, 6: plain, 7: plain}, what="instance max_M=512", rank=6)
+    assert not res.passed and res.rank == 6 and res.extra["first_difference"] == "M=193"
+    assert "rank(s) [0, 1, 2, 3, 4, 5]: pull 64x112c2; rank(s) [6, 7]: pull 64x128" in res.detail
+    late = {**same, 1: clustered[:3] + ((400, "pull 128x256 P=3"),)}
+    assert kernel_paths_agree_across_ranks(late, what="i").extra["first_difference"] == "M=385"
+    none = kernel_paths_agree_across_ranks({0: clustered, 1: None}, what="i")
+    assert not none.passed and none.extra["first_difference"] == "any M" and "rank(s) [1]: no table" in none.detail
+    raised = kernel_paths_agree_across_ranks({0: clustered, 1: "path_table() raised ValueError: x"}, what="i")
+    assert not raised.passed and "path_table() raised ValueError" in raised.detail
 
 def test_should_run_stable_fails_when_an_answer_moves():
     assert should_run_stable({1: False, 128: True}, {1: False, 128: True}, what="i").passed

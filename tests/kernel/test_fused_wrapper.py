@@ -731,3 +731,22 @@ def test_path_switches_are_every_m_where_the_kernel_path_changes(monkeypatch):
     found = impl.path_switches(1024)
     assert found == brute(impl, 1024) and 200 in found and 701 in found
     impl.close()
+
+
+def test_the_path_table_names_every_kernel_a_call_can_run_by_m():
+    """``path_table`` (gathered from every rank at construction by the gate): a piece at M = 1 and at every path
+    switch, each named by protocol, tile config and K parts, and every M's ``path_name`` is its piece's; None
+    where the fused path cannot run (a CPU instance: every call falls back)."""
+    from properties.dispatch import path_at
+
+    impl = FusedGemmRs(max_M=1024, N=2560, K=8192, device="cpu")
+    assert impl.path_table() is None  # CPU: the fused path cannot run here
+    impl._config_reason = None  # as on a GPU (the choices are host-side)
+    table = impl.path_table()
+    assert table[0][0] == 1 and [M for M, _ in table[1:]] == list(impl.path_switches(1024))
+    assert all(path_at(table, M) == impl.path_name(M) for M in range(1, 1025))
+    assert ("pull 64x112c2" in dict(table).values() and any(" P=3" in p for _, p in table)
+            and all(p.startswith("pull ") for _, p in table))
+    assert impl.path_table() is table  # worked out once
+    impl._config_reason = "cpu"
+    impl.close()
