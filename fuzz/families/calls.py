@@ -130,17 +130,14 @@ class CaseCalls:
 
 
 def kernel_path(impl, M: int) -> str:
-    """`` (kernel path ...)`` where the implementation says which code path a call of M rows runs (its
-    ``path_table()``, else the fused kernel's ``call_path``), else ``""``."""
+    """`` (kernel path ...)`` where the implementation names the code path a call of M rows runs (its
+    ``path_table()``), else ``""``."""
     from properties.dispatch import path_at
 
     try:
         table = getattr(impl, "path_table", None)
         pieces = table() if callable(table) else None
-        if pieces:
-            return f" (kernel path {path_at(pieces, M)})"
-        path = getattr(impl, "call_path", None)
-        return f" (kernel path {path(M)})" if callable(path) else ""
+        return f" (kernel path {path_at(pieces, M)})" if pieces else ""
     except Exception as exc:  # noqa: BLE001 -- a diagnostic: the call itself reports what is wrong
         return f" (kernel path unknown: {type(exc).__name__}: {exc})"
 

@@ -189,7 +189,7 @@ def test_the_held_instances_guards_are_checked_again_at_the_cases_end():
 
 def test_a_ranks_error_names_the_kernels_its_calls_were_to_run():
     """Every call a rank begins goes on the case's trail with the kernel path the implementation says it takes
-    (``call_path``, where it has one); a rank's error carries the trail (fuzz/rank_worker.py), so ranks whose
+    (``path_table``, where it has one); a rank's error carries the trail (fuzz/rank_worker.py), so ranks whose
     calls ran different kernels -- and waited for each other until a trap -- show it side by side."""
     import torch
 
@@ -202,10 +202,10 @@ def test_a_ranks_error_names_the_kernels_its_calls_were_to_run():
         def expected_path(self, x, w):
             return ("fused", "") if x.shape[0] > 1 else ("unfused", "M = 1: below the crossover")
 
-        def call_path(self, M):
-            if M == 3:
+        def path_table(self):
+            if self.broken:
                 raise ValueError("no tile config")
-            return ("pull", 2 if M < 64 else 0, 1)
+            return ((1, "pull 64x112"), (193, "pull 64x112c2"))
 
         def state_tensors(self):
             return {}
@@ -217,19 +217,23 @@ def test_a_ranks_error_names_the_kernels_its_calls_were_to_run():
             return torch.zeros(x.shape[0], self.N, dtype=torch.bfloat16)
 
     calls, impl, w = CaseCalls(1, 2), Impl(), torch.zeros(4, 4)
-    for M in (2, 1, 3):
+    impl.broken = False
+    for M in (200, 1):
         calls.call(impl, torch.zeros(M, 4), w, tag=f"call{M}")
+    impl.broken = True
+    calls.call(impl, torch.zeros(3, 4), w, tag="call3")
+    impl.broken = False
     with pytest.raises(CallRaised):
         calls.call(impl, torch.zeros(5, 4), w, tag="late", captured=True)
     assert calls.trail == [
-        "call2 M=2 group rank 1/2 expected path fused (kernel path ('pull', 2, 1))",
+        "call200 M=200 group rank 1/2 expected path fused (kernel path pull 64x112c2)",
         "call1 M=1 group rank 1/2 expected path unfused",
         "call3 M=3 group rank 1/2 expected path fused (kernel path unknown: ValueError: no tile config)",
-        "late M=5 group rank 1/2 captured expected path fused (kernel path ('pull', 2, 1))",
+        "late M=5 group rank 1/2 captured expected path fused (kernel path pull 64x112)",
     ]
     text = calls.trail_text(last=2)
     assert text.startswith("calls this rank began in the case (the last 2 of 4):")
-    assert "call3 M=3" in text and "late M=5" in text and "call2" not in text
+    assert "call3 M=3" in text and "late M=5" in text and "call200" not in text
 
 
 def test_every_instance_built_has_its_path_table_compared_across_the_group(monkeypatch):
