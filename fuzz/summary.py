@@ -136,7 +136,9 @@ _NOISE = re.compile(r"^\s*$|warn|^\s*(File |Traceback)|^frame #\d+: ", re.IGNORE
 #: of the last lines (seen on an H200: "rank 6 said: [rank6]: CUDA kernel errors might be asynchronously
 #: reported ... | For debugging consider passing CUDA_LAUNCH_BLOCKING=1 | Compile with `TORCH_USE_CUDA_DSA` ...").
 _CUDA_ADVICE = re.compile(r"CUDA kernel errors might be asynchronously reported|consider passing CUDA_LAUNCH_BLOCKING"
-                          r"|Compile with `TORCH_USE_CUDA_DSA`")
+                          r"|Compile with `TORCH_USE_CUDA_DSA`|^\s*Search for `cuda\w+' in https://docs\.nvidia\.com")
+#: Where a rank's error ends and its call trail begins (fuzz/families/calls.py: ``CaseCalls.trail_text``).
+_TRAIL = "calls this rank began in the case"
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
 
@@ -167,8 +169,26 @@ def failure_reason(row: dict, limit: int = 400) -> str:
             last = last_words((row.get("logs") or {}).get(r, ""))
             if last:
                 text = f"rank {r} said: {last}; " + text
+        raised = raised_by_ranks(row.get("errors") or {})
+        if raised:
+            text = f"{raised}; " + text
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def raised_by_ranks(errors: dict) -> str:
+    """What the ranks' errors (rank -> the text a rank sent: traceback, then its call trail) raised, in one line:
+    each distinct exception line with the ranks that raised it (``ranks [0, 1, 2] raised: torch.AcceleratorError:
+    CUDA error: unspecified launch failure``), torch's CUDA advice and the trails left out."""
+    by_line: dict[str, list[int]] = {}
+    for r, text in sorted(errors.items(), key=lambda kv: int(kv[0])):
+        before_trail = (text or "").split(_TRAIL, 1)[0]
+        kept = [ln.strip() for ln in before_trail.splitlines()
+                if not _NOISE.search(ln) and not _CUDA_ADVICE.search(ln) and not ln.startswith((" ", "\t"))]
+        if kept:
+            by_line.setdefault(kept[-1], []).append(int(r))
+    return "; ".join(f"rank{'s' if len(rs) > 1 else ''} {rs if len(rs) > 1 else rs[0]} raised: {line}"
+                     for line, rs in by_line.items())
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')

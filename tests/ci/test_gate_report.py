@@ -349,3 +349,31 @@ def test_the_case_record_keeps_the_log_tails_of_a_failure():
                         spec=PoolSpec(impl="unfused", topology="cpu", world_size=2), status="died", ranks={},
                         note="rank 1 died mid-case: exit code -6", logs={0: "", 1: "what(): boom\n"})
     assert case_row(report)["logs"] == {"1": "what(): boom\n"}
+
+
+#: Rank 0's error of the W = 8 trap on one H200 (13th session), as the rank sent it, its call trail appended.
+H200_TRAP_ERROR = (
+    'Traceback (most recent call last):\n  File "/work/main/fuzz/families/graph.py", line 61, in __init__\n'
+    '    ctx.sync()\n  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/cuda/__init__.py", line 1162, in '
+    'synchronize\n    return torch._C._cuda_synchronize()\n           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n'
+    "torch.AcceleratorError: CUDA error: unspecified launch failure\nSearch for `cudaErrorLaunchFailure' in "
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable "
+    "device-side assertions.\n\n\ncalls this rank began in the case:\n"
+    "  graph4_warmup M=193 group rank 0/8 expected path fused (kernel path pull 64x112c2)\n")
+
+
+def test_an_error_says_what_the_ranks_raised_not_only_that_they_did(tmp_path):
+    """A harness error's one-line reason quotes the exception each rank raised (ranks that raised the same, together),
+    without torch's CUDA advice or the ranks' call trails; a rank that raised something else is named apart."""
+    other = H200_TRAP_ERROR.replace("unspecified launch failure", "an illegal memory access was encountered")
+    errors = {str(r): H200_TRAP_ERROR for r in range(6)} | {"7": other}
+    note = "harness error: an exception escaped run_case on rank(s) [0, 1, 2, 3, 4, 5, 7]"
+    row = _row(status="error", checks=[], ms=(5,), seconds=67.2, note=note)
+    row["errors"] = errors
+    _write(tmp_path, [row])
+    why = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")["failures"][0]["why"]
+    assert why.startswith("ranks [0, 1, 2, 3, 4, 5] raised: torch.AcceleratorError: CUDA error: unspecified launch "
+                          "failure; rank 7 raised: torch.AcceleratorError: CUDA error: an illegal memory access"), why
+    assert "Search for" not in why and "DSA" not in why and "kernel path" not in why and note in why, why
