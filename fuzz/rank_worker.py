@@ -74,10 +74,15 @@ PRELOAD = ("torch.fx.experimental.symbolic_shapes",)
 
 
 def _preload(modules) -> threading.Thread | None:
-    """Import ``modules`` on a daemon thread while the rank joins its group and waits for its first case (the
-    import lock makes a case that needs one wait for it, not import it twice). A module that fails here is
-    ignored: the case that needs it imports it again and reports the error there. Returns the thread (the rank
-    joins it before it exits: no interpreter shutdown in the middle of an import)."""
+    """Import ``modules`` on a daemon thread while the rank joins its group and waits for its first case. A
+    module that fails here is ignored: the case that needs it imports it again and reports the error there.
+    Returns the thread: the rank joins it before its first case runs. Imports on two threads at once are not
+    safe for packages whose modules import each other: where each thread holds one module's lock and wants the
+    other's, Python breaks the cycle by handing one of them a partially initialised module (an ImportError or
+    AttributeError in that thread). A case's first construction imports the CuTe DSL and compiles a kernel for its
+    cluster occupancy query; a rank whose query failed chose other kernels than its peers (a suspect for the 13th
+    session's W = 8 trap -- not reproduced: on the CPU, the imports and a dummy compile beside the preload
+    succeeded in 10 tries)."""
     import importlib
 
     def run():
@@ -235,6 +240,8 @@ def main() -> int:
         if msg.get("type") != "case":
             continue
         t0 = time.perf_counter()
+        if preloading is not None:  # no case beside imports in flight (_preload); the wait is the first case's
+            preloading.join()
         checks, error = [], load_error or broken
         phases.begin()
         if error is None:
