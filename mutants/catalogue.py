@@ -653,6 +653,31 @@ class ShouldRunOnLocalRows(UnfusedGemmRs):
         return self.valid_rows(int(x.shape[0])) * self.world_size >= self.should_run_min_m
 
 
+class PathByLocalRows(UnfusedGemmRs):
+    """A code path chosen from the rank's own rows instead of from M: the GEMM accumulates K in 64-wide chunks,
+    each rounded to bf16 (a "small tile" path), once the rank's valid rows reach 64. Where M is not a multiple of
+    W the ranks near the threshold run different paths for one call (M = 127, W = 2: rank 0 has 64 rows, rank 1
+    63) -- in a fused kernel, different kernels that wait for each other's signals forever (the 13th session's
+    W = 8 trap had this shape: one rank's tile configs built from facts its peers did not share). It states its
+    path table honestly; the tables differ across ranks."""
+
+    name = "mutant-path-by-local-rows"
+    CHUNKED_ROWS = 64
+
+    def path_table(self):
+        first = next((M for M in range(1, self.max_M + 1) if self.valid_rows(M) >= self.CHUNKED_ROWS), None)
+        return ((1, "one fp32 pass"),) + (((first, "bf16 K chunks"),) if first is not None else ())
+
+    def _gemm(self, x, w, partials):
+        if self.valid_rows(int(x.shape[0])) < self.CHUNKED_ROWS:
+            return super()._gemm(x, w, partials)
+        acc = torch.zeros(partials.shape, dtype=torch.float32, device=partials.device)
+        for k0 in range(0, self.K, 64):
+            acc += (x[:, k0:k0 + 64].float() @ w[:, k0:k0 + 64].float().t()).bfloat16().float()
+        partials.copy_(acc)
+        return None
+
+
 # --- the matrix --------------------------------------------------------------------------------------------
 
 
@@ -726,6 +751,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("CapacityAtClassLevel", (2,), ("call_raised",)),
     MutantSpec("ThresholdAtClassLevel", (2,), ("should_run_stable",)),
     MutantSpec("ShouldRunOnLocalRows", (2,), ("dispatch_agrees_across_ranks",)),
+    MutantSpec("PathByLocalRows", (2,), ("kernel_paths_agree_across_ranks",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
