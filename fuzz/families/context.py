@@ -164,7 +164,7 @@ class RankContext:
         ``kernel_paths_agree_across_ranks`` into the case's checks. Ranks holding different tables launch
         different kernels for the same call, which wait for each other until a timeout (seen at W = 8 on one
         H200, 13th session); compared here, every M is covered at construction, not only the Ms called."""
-        if self.world_size == 1 or self.calls is None:
+        if self.world_size == 1 or self.calls is None or not states_paths(impl):
             return
         table = getattr(impl, "path_table", None)
         try:
@@ -339,3 +339,13 @@ def close_impl(impl) -> None:
 
 def describe_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def states_paths(impl) -> bool:
+    """Whether ``impl``'s class overrides :meth:`kernel.interface.GemmRsImplementation.path_table` (whose answer is
+    None: no claim). The same on every rank (one implementation per pool), so ranks skip the gather together: a
+    collective per construction costs where nothing is claimed (the cpu topology's W = 8 pools on 2 cores)."""
+    from kernel.interface import GemmRsImplementation
+
+    own = getattr(type(impl), "path_table", None)
+    return callable(own) and own is not GemmRsImplementation.path_table

@@ -282,3 +282,16 @@ def test_every_instance_built_has_its_path_table_compared_across_the_group(monke
     Impl.table, peer[0] = None, None  # no claim anywhere: gathered, nothing recorded
     ctx.new_impl(64, 64, 64)
     assert len(ctx.calls.checks) == 3 and len(gathered) == 4
+
+
+def test_the_path_gather_is_skipped_together_where_the_class_claims_nothing():
+    """No collective at construction for an implementation whose class keeps the interface's path_table (None on
+    every rank: the decision is the class's, the same on every rank); the fused kernel and any class that
+    overrides it are gathered."""
+    from fuzz.families.context import states_paths
+    from kernel.fused import FusedGemmRs
+    from kernel.unfused import UnfusedGemmRs
+    from mutants.catalogue import PathByLocalRows
+
+    assert not states_paths(object.__new__(UnfusedGemmRs)) and not states_paths(object())
+    assert states_paths(object.__new__(FusedGemmRs)) and states_paths(object.__new__(PathByLocalRows))
