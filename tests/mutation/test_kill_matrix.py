@@ -1,7 +1,8 @@
 """The mutation meta-test (issue 4): the fuzz suite must FAIL on every planted-bug implementation of
-mutants/catalogue.py and PASS on the correct one, at the optimize level this test runs under (CI runs
-the whole test suite twice: plain and PYTHONOPTIMIZE=1, so both levels are covered), plus the
-capacity-as-assert mutant at the other level too (it must die under both). A mutant is KILLED only by
+mutants/catalogue.py and PASS on the correct one, at the optimize level this test runs under (``.ci/run``
+runs it in its PYTHONOPTIMIZE=1 pass, as users run the gate; ``./ci/test`` alone at the level it is given), plus
+the capacity-as-assert mutant at the other level too (it must die under both: the one mutant whose bug depends on
+the level). A mutant is KILLED only by
 a failed property or the liveness watchdog; harness errors, broken sessions and timeouts are ERROR.
 
 CI part: Hypothesis ``ci`` profile, each mutant at its catalogue world sizes (W=2), two runs in parallel
@@ -198,8 +199,6 @@ def test_kill_matrix_ci(record_property):
 
 
 @pytest.mark.multiproc
-@pytest.mark.skipif(not NIGHTLY, reason="CI's two passes (plain and PYTHONOPTIMIZE=1) already run the matrix, "
-                    "CapacityAsAssert included, at both levels; nightly (or a single pass) runs this")
 def test_capacity_assert_killed_at_the_other_optimize_level(record_property):
     """The assert-as-capacity-check mutant dies with and without -O (AssertionError is not
     CapacityError; under -O the check is gone)."""
