@@ -182,11 +182,9 @@ def raised_by_ranks(errors: dict) -> str:
     CUDA error: unspecified launch failure``), torch's CUDA advice and the trails left out."""
     by_line: dict[str, list[int]] = {}
     for r, text in sorted(errors.items(), key=lambda kv: int(kv[0])):
-        before_trail = (text or "").split(_TRAIL, 1)[0]
-        kept = [ln.strip() for ln in before_trail.splitlines()
-                if not _NOISE.search(ln) and not _CUDA_ADVICE.search(ln) and not ln.startswith((" ", "\t"))]
-        if kept:
-            by_line.setdefault(kept[-1], []).append(int(r))
+        line = last_words((text or "").split(_TRAIL, 1)[0], lines=1)
+        if line:
+            by_line.setdefault(line, []).append(int(r))
     return "; ".join(f"rank{'s' if len(rs) > 1 else ''} {rs if len(rs) > 1 else rs[0]} raised: {line}"
                      for line, rs in by_line.items())
 
