@@ -239,10 +239,19 @@ def torchrun_command(*, sanitizer: str | None, logdir: str, nproc: int, nnodes: 
     cmd += [f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.2"]
     if sanitizer:
         # each rank: compute-sanitizer (its own log file per process) -> python -m fuzz.rank_worker
-        return cmd + ["--no-python", "compute-sanitizer", f"--tool={sanitizer}", "--report-api-errors=no",
-                      "--print-limit=50", f"--log-file={os.path.join(logdir, 'sanitizer-%p.log')}",
+        return cmd + ["--no-python", *sanitizer_command(sanitizer, os.path.join(logdir, "sanitizer-%p.log")),
                       sys.executable, "-u", "-m", "fuzz.rank_worker"]
     return cmd + ["-m", "fuzz.rank_worker"]
+
+
+def sanitizer_command(sanitizer: str, log_file: str) -> list[str]:
+    """compute-sanitizer and its options, before the program it runs: ``sanitizer`` is a tool (``memcheck``,
+    ``racecheck``, ...), or ``TOOL:SUBSTRING`` to instrument only the kernels whose names contain SUBSTRING
+    (``--kernel-name kns=``; the others run uninstrumented: ``fuzz.sanitize --only-ours``). Host API errors are
+    not reported (CuTe DSL's architecture probe makes some on purpose)."""
+    tool, _, only = sanitizer.partition(":")
+    return (["compute-sanitizer", f"--tool={tool}", "--report-api-errors=no", "--print-limit=50"]
+            + ([f"--kernel-name=kns={only}"] if only else []) + [f"--log-file={log_file}"])
 
 
 def first_failure(torchrun_log: str) -> tuple[int, int] | None:

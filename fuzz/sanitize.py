@@ -1,7 +1,7 @@
 """Sanitizer mode: a few small cases with every rank under NVIDIA compute-sanitizer.
 
     python -m fuzz.sanitize --impl fused --topology shared-gpu --world-sizes 2 [--tool memcheck|racecheck|synccheck]
-                            [--paths all|split|cluster [--paths-only]] [--time-limit S]
+                            [--paths all|split|cluster [--paths-only]] [--time-limit S] [--only-ours]
 
 The ranks run as ``compute-sanitizer --tool=T --log-file=<pool logdir>/sanitizer-<pid>.log python -m
 fuzz.rank_worker`` (host API errors are not reported: CuTe DSL's architecture probe makes some on
@@ -14,6 +14,12 @@ the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` (racecheck: no hazard
 of :data:`LIBRARY_KERNELS`, which are listed) plus every case passed. Exit 0 / 1. With ``--time-limit``
 no case starts past the limit; the pool is still closed, so the sanitizers report on what ran, and a run that left
 a case out ends ``CUT`` (exit 1), never ``CLEAN``.
+
+``--only-ours`` (racecheck): only the CuTe DSL kernels are instrumented (``--kernel-name kns=kernel_cutlass_``,
+:data:`fuzz.race_canary.OURS`); cuBLAS's GEMMs of the oracle and the truth, most of a full racecheck run's time, run
+uninstrumented. First the same compute-sanitizer command runs :mod:`fuzz.race_canary`, a kernel with a shared-memory
+race on purpose: the verdict needs its hazard reported (a filter that matched nothing, or a racecheck that saw
+nothing, would otherwise read CLEAN), and the canary's hazard is never counted against the implementation.
 """
 
 from __future__ import annotations
@@ -23,11 +29,15 @@ import glob
 import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 from .case import Case, PoolSpec
+from .node import sanitizer_command
 from .pool import RankPool
+from .race_canary import CANARY, OURS
 
 SMALL = dict(N=512, K=256, max_M=1024)
 
@@ -74,6 +84,24 @@ def library_hazards(text: str) -> list[str]:
             if all(any(lib in k for lib in LIBRARY_KERNELS) for k in (a, b))]
 
 
+def canary_heard(sanitizer: str, timeout_s: float = 300.0) -> tuple[bool, str]:
+    """Run :mod:`fuzz.race_canary` under ``compute-sanitizer`` as the ranks run (``sanitizer``: ``TOOL[:SUBSTRING]``,
+    :func:`fuzz.node.sanitizer_command`): (its hazard was reported, what to print: the canary's log or why not)."""
+    logdir = tempfile.mkdtemp(prefix="gemm-rs-race-canary-")
+    log = os.path.join(logdir, "canary.log")
+    cmd = sanitizer_command(sanitizer, log) + [sys.executable, "-u", "-m", "fuzz.race_canary"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"the race canary did not finish in {timeout_s:.0f} s: {' '.join(cmd)}"
+    text = open(log, errors="replace").read() if os.path.exists(log) else ""
+    heard = [f"{a} / {b}" for a, b in _RACE.findall(text) if CANARY in a and CANARY in b]
+    if done.returncode != 0 or not heard:
+        return False, (f"the race canary's hazard was not reported (exit {done.returncode}; {' '.join(cmd)}):\n"
+                       f"{(done.stdout + done.stderr)[-2000:]}\n{text[-2000:]}")
+    return True, f"race canary: racecheck reported {heard[0]} ({log})"
+
+
 def summaries(logdir: str, library: list[str] | None = None) -> dict[str, int | None]:
     """Per sanitizer log in ``logdir``: the error count of its summary, None when there is none (the
     process did not finish). memcheck/synccheck/initcheck end with ``ERROR SUMMARY: N errors``; racecheck with
@@ -109,16 +137,28 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=0.0,
                     help="seconds after which no further case starts; the pool is still closed so the sanitizers "
                          "report on what ran, and the verdict is CUT (never CLEAN) when a case was left out")
+    ap.add_argument("--only-ours", action="store_true",
+                    help=f"racecheck: instrument only the CuTe DSL kernels (names containing {OURS}); the verdict "
+                         "needs the race canary's hazard reported under the same command")
     ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
     ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")
     args = ap.parse_args(argv)
     if args.paths_only and not args.paths:
         ap.error("--paths-only needs --paths")
+    if args.only_ours and args.tool != "racecheck":
+        ap.error("--only-ours is a racecheck run's (its race canary is a shared-memory race)")
     if shutil.which("compute-sanitizer") is None:
         print("compute-sanitizer is not on PATH: sanitizer mode needs the CUDA toolkit")
         return 2
+    sanitizer = f"{args.tool}:{OURS}" if args.only_ours else args.tool
+    if args.only_ours:
+        heard, said = canary_heard(sanitizer)
+        print(said, flush=True)
+        if not heard:
+            print(f"sanitizer {sanitizer}: NOT CLEAN (the filtered run cannot be shown to see a race)")
+            return 1
     spec = PoolSpec(impl=args.impl, topology=args.topology, world_size=args.world_size,
-                    optimize=sys.flags.optimize, sanitizer=args.tool)
+                    optimize=sys.flags.optimize, sanitizer=sanitizer)
     pool = RankPool(spec)
     reports = []
     started = time.monotonic()
@@ -148,7 +188,7 @@ def main(argv=None) -> int:
     cut = len(reports) < len(todo)
     verdict = "NOT CLEAN" if not ok else f"CUT ({len(reports)} of {len(todo)} cases ran, no error in them)" if cut \
         else "CLEAN"
-    print(f"sanitizer {args.tool}: {verdict} (logs in {pool.logdir})")
+    print(f"sanitizer {sanitizer}: {verdict} (logs in {pool.logdir})")
     return 0 if ok and not cut else 1
 
 

@@ -3,8 +3,16 @@ parsed (0 errors / N errors / missing summary), and the cases cover the GPU prop
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
+
+import pytest
+
+from fuzz import sanitize
 from fuzz.case import Case, PoolSpec, repro_command
-from fuzz.sanitize import cases, summaries
+from fuzz.node import torchrun_command
+from fuzz.sanitize import canary_heard, cases, summaries
 
 
 def test_repro_line_carries_the_sanitizer():
@@ -58,6 +66,64 @@ def test_racecheck_hazards_in_library_kernels_are_listed_not_counted(tmp_path):
     assert library[0] == ("sanitizer-1.log: nvjet_sm90_tst_64x136_64x8_4x2_h_bz_TNT / "
                           "nvjet_sm90_tst_64x136_64x8_4x2_h_bz_TNT")
     assert not any(ours in h for h in library)
+
+
+def test_only_ours_filters_the_ranks_sanitizer_and_the_repro_keeps_it():
+    """``TOOL:SUBSTRING``: the ranks' compute-sanitizer instruments the kernels whose names contain SUBSTRING, and a
+    failure's REPRO line reruns them so."""
+    cmd = torchrun_command(sanitizer="racecheck:kernel_cutlass_", logdir="/tmp/x", nproc=2)
+    tail = cmd[cmd.index("compute-sanitizer"):]
+    assert "--tool=racecheck" in tail and "--kernel-name=kns=kernel_cutlass_" in tail
+    assert tail.index("--kernel-name=kns=kernel_cutlass_") < tail.index(sys.executable)
+    plain = torchrun_command(sanitizer="racecheck", logdir="/tmp/x", nproc=2)
+    assert not any(a.startswith("--kernel-name") for a in plain)
+    line = repro_command(Case("compute", seed=1, N=64, K=64, max_M=64), PoolSpec(sanitizer="racecheck:kernel_cutlass_"))
+    assert line.endswith("--sanitizer racecheck:kernel_cutlass_")
+
+
+CANARY_LOG = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at kernel_cutlass_race_canary_tensorptri32gmemalign16o1281_0+0x90
+=========     and Read access at kernel_cutlass_race_canary_tensorptri32gmemalign16o1281_0+0xb0 [128 hazards]
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+
+@pytest.fixture
+def fake_sanitizer(tmp_path, monkeypatch):
+    """A ``compute-sanitizer`` on PATH that writes LOG (the fixture's ``write`` sets it) to its --log-file, then
+    exits 0 without running the program."""
+    log = tmp_path / "canned.log"
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text(f"#!{sys.executable}\nimport shutil, sys\n"
+                   "dest = [a.split('=', 1)[1] for a in sys.argv if a.startswith('--log-file=')][0]\n"
+                   f"shutil.copy({str(log)!r}, dest)\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return log.write_text
+
+
+def test_the_filtered_run_needs_the_canary_heard(fake_sanitizer):
+    """The canary's hazard reported: heard. Silence (a filter matching no kernel), or hazards only in other kernels:
+    not heard, so ``--only-ours`` cannot read CLEAN."""
+    fake_sanitizer(CANARY_LOG)
+    heard, said = canary_heard("racecheck:kernel_cutlass_")
+    assert heard, said
+    assert "race_canary" in said
+    silent = "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
+    fake_sanitizer(silent)
+    heard, said = canary_heard("racecheck:kernel_cutlass_")
+    assert not heard and "not reported" in said
+    fake_sanitizer(H200_RACECHECK_LOG)
+    assert not canary_heard("racecheck:kernel_cutlass_")[0]
+
+
+def test_only_ours_ends_not_clean_without_the_canary(fake_sanitizer, capsys):
+    fake_sanitizer("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    assert sanitize.main(["--tool", "racecheck", "--only-ours", "--world-sizes", "1"]) == 1
+    assert "NOT CLEAN (the filtered run cannot be shown to see a race)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        sanitize.main(["--tool", "memcheck", "--only-ours"])
+
 
 def test_sanitizer_cases_cover_the_gpu_properties():
     families = {c.family for c in cases()}
