@@ -163,14 +163,32 @@ def pick_config(configs: tuple[GemmConfig, ...], M: int, N: int, world_size: int
     return times.index(min(times))
 
 
+#: The cost model sees a pull call's M only through its tile counts, ``ceil(M / tile_m)`` with ``tile_m`` 64 or 128
+#: (:class:`~kernel.fused.config.GemmConfig` admits no other), and through :data:`SPLIT_K_MAX_M` (a multiple of it):
+#: a pull call's choice is the same for every M of ``64 k + 1 .. 64 (k + 1)``.
+ROW_STEP = 64
+
+
+def row_segments(last: int, breaks=()) -> list[tuple[int, int]]:
+    """``[(first M, last M)]`` covering 1..``last``: split at every ``64 k + 1`` (:data:`ROW_STEP`) and at each M of
+    ``breaks`` (where something else the caller asks about may change, e.g. a protocol plan's Ms)."""
+    starts = sorted({1, *range(ROW_STEP + 1, last + 1, ROW_STEP), *(m for m in breaks if 1 <= m <= last)})
+    return [(a, b - 1) for a, b in zip(starts, [*starts[1:], last + 1])] if last >= 1 else []
+
+
 def split_rows(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, world_size: int,
-               protocol: str, runs_at=None) -> tuple[int, int] | None:
+               protocol: str, plan=None) -> tuple[int, int] | None:
     """``(first M, last M)`` of the calls M <= max_M that pick a split-K config, or None when none does;
-    ``runs_at(M)``: whether a call with M rows runs ``protocol`` at all (``auto`` picks a protocol per M)."""
-    picked = [M for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1)
-              if (runs_at is None or runs_at(M))
-              and configs[pick_config(configs, M, N, world_size, protocol, K)].split_k]
-    return (picked[0], picked[-1]) if picked else None
+    ``plan`` (a :class:`~kernel.fused.protocol_plan.ProtocolPlan`): only the Ms it runs ``protocol`` at (``auto``
+    picks a protocol per M). Evaluated once per :func:`row_segments` segment -- the choice is constant over each
+    (:data:`ROW_STEP`; the plan changes only at its own Ms) -- not at every M: ~30 ms of an instance's
+    construction before (W = 2 gate rank, one H200, 14th session). ``tests/kernel/test_fused_wrapper.py`` holds
+    it to the M-by-M definition."""
+    breaks = [m for m, _ in plan.by_m] if plan is not None else ()
+    picked = [(a, b) for a, b in row_segments(min(max_M, SPLIT_K_MAX_M), breaks)
+              if (plan is None or plan.for_m(a) == protocol)
+              and configs[pick_config(configs, a, N, world_size, protocol, K)].split_k]
+    return (picked[0][0], picked[-1][1]) if picked else None
 
 
 def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int, world_size: int,
@@ -184,7 +202,7 @@ def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int,
     for c in configs:
         if not c.split_k or protocol != "pull":
             continue
-        for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1):
+        for M, _last in row_segments(min(max_M, SPLIT_K_MAX_M)):  # constant over each (ROW_STEP)
             splits = pick_splits(c, M, N, K, world_size)
             if every_p and splits:
                 splits = max(admissible_splits(c, M, K))
@@ -194,5 +212,5 @@ def split_workspace(configs: tuple[GemmConfig, ...], max_M: int, N: int, K: int,
     return need_bytes, need_units
 
 
-__all__ = ["admissible_splits", "estimated_time", "kernel_configs", "pick_config", "pick_splits", "split_phase_time",
-           "split_rows", "split_workspace", "tile_count"]
+__all__ = ["ROW_STEP", "admissible_splits", "estimated_time", "kernel_configs", "pick_config", "pick_splits",
+           "row_segments", "split_phase_time", "split_rows", "split_workspace", "tile_count"]

@@ -635,7 +635,7 @@ class FusedGemmRs(GemmRsImplementation):
         if "pull" not in self.kernel_protocols():
             return
         rows = split_rows(self.tile_configs("pull"), self.max_M, self.N, self.K, self.world_size, "pull",
-                          runs_at=lambda M: self.call_protocol(M) == "pull")
+                          plan=self._plan)
         if rows is not None:
             self.waived_clauses = {**self.waived_clauses, "batch_invariant": (
                 f"split-K at M = {rows[0]}..{rows[1]} for N={self.N}, K={self.K}: a rank's partial is the fp32 sum "

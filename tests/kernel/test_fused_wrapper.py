@@ -244,6 +244,59 @@ def test_split_k_is_chosen_where_the_tiles_alone_leave_sms_idle_and_k_is_long():
     assert split_workspace(kernel_configs("push", 132), 8192, 8192, 14336, 2, "push") == (0, 0)
 
 
+def test_split_rows_and_workspace_by_segment_equal_their_m_by_m_definition():
+    """split_rows and split_workspace ask the cost model once per 64-row segment (and per protocol plan M), not
+    at every M: the same answers as M by M, for shapes that split and shapes that do not, max_M on and off the
+    64-row grid, W 1..16, with and without an auto plan, clustered configs or not (an odd SM count)."""
+    from kernel.fused.config import SPLIT_K_MAX_M
+    from kernel.fused.protocol_plan import ProtocolPlan
+    from kernel.fused.tiles import (
+        admissible_splits,
+        kernel_configs,
+        pick_config,
+        pick_splits,
+        row_segments,
+        split_rows,
+        split_workspace,
+        tile_count,
+    )
+
+    def rows_by_m(configs, max_M, N, K, W, plan):
+        picked = [M for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1)
+                  if (plan is None or plan.for_m(M) == "pull")
+                  and configs[pick_config(configs, M, N, W, "pull", K)].split_k]
+        return (picked[0], picked[-1]) if picked else None
+
+    def workspace_by_m(configs, max_M, N, K, W, every_p):
+        need = (0, 0)
+        for c in (c for c in configs if c.split_k):
+            for M in range(1, min(max_M, SPLIT_K_MAX_M) + 1):
+                p = pick_splits(c, M, N, K, W)
+                p = max(admissible_splits(c, M, K)) if every_p and p else p
+                units = tile_count(c, M, N, W, False) * p
+                need = (max(need[0], units * c.tile_m * c.tile_n * 4), max(need[1], units))
+        return need
+
+    assert row_segments(130) == [(1, 64), (65, 128), (129, 130)]
+    assert row_segments(64, breaks=(10, 64, 900)) == [(1, 9), (10, 63), (64, 64)] and row_segments(0) == []
+    plans = (None, ProtocolPlan.of("auto", 4, {1: "push", 200: "pull", 390: "push"}),
+             ProtocolPlan.of("auto", 4, {1: "pull", 130: "push", 131: "pull"}))
+    splitting = 0
+    for sm_count in (132, 131):
+        pull = kernel_configs("pull", sm_count)
+        for N, K in ((2560, 8192), (8192, 14336), (7168, 14336), (2304, 7168), (512, 256), (3072, 5632)):
+            for W in (1, 2, 8, 16):
+                for max_M in (1, 64, 129, 300, 512, 1000):
+                    for plan in plans:
+                        got = split_rows(pull, max_M, N, K, W, "pull", plan=plan)
+                        assert got == rows_by_m(pull, max_M, N, K, W, plan), (sm_count, N, K, W, max_M, plan)
+                        splitting += got is not None
+                    for every_p in (False, True):
+                        assert (split_workspace(pull, max_M, N, K, W, "pull", every_p=every_p)
+                                == workspace_by_m(pull, max_M, N, K, W, every_p)), (sm_count, N, K, W, max_M)
+    assert splitting >= 20  # the comparison saw shapes that split
+
+
 def test_declared_paths_cover_every_tile_config_and_each_split():
     """The gate runs every declared path in every run (fuzz/test_gemm_rs.py::test_kernel_paths): for the fused
     kernel each tile config of its protocol is among them, every split-K config with each K-part count the
