@@ -244,14 +244,12 @@ def torchrun_command(*, sanitizer: str | None, logdir: str, nproc: int, nnodes: 
     return cmd + ["-m", "fuzz.rank_worker"]
 
 
-def sanitizer_command(sanitizer: str, log_file: str) -> list[str]:
-    """compute-sanitizer and its options, before the program it runs: ``sanitizer`` is a tool (``memcheck``,
-    ``racecheck``, ...), or ``TOOL:SUBSTRING`` to instrument only the kernels whose names contain SUBSTRING
-    (``--kernel-name kns=``; the others run uninstrumented: ``fuzz.sanitize --only-ours``). Host API errors are
-    not reported (CuTe DSL's architecture probe makes some on purpose)."""
-    tool, _, only = sanitizer.partition(":")
-    return (["compute-sanitizer", f"--tool={tool}", "--report-api-errors=no", "--print-limit=50"]
-            + ([f"--kernel-name=kns={only}"] if only else []) + [f"--log-file={log_file}"])
+def sanitizer_command(tool: str, log_file: str) -> list[str]:
+    """compute-sanitizer running ``tool`` (``memcheck``, ``racecheck``, ...), before the program it runs; the ranks'
+    and the race canary's (:mod:`fuzz.race_canary`). Host API errors are not reported (CuTe DSL's architecture
+    probe makes some on purpose)."""
+    return ["compute-sanitizer", f"--tool={tool}", "--report-api-errors=no", "--print-limit=50",
+            f"--log-file={log_file}"]
 
 
 def first_failure(torchrun_log: str) -> tuple[int, int] | None:

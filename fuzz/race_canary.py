@@ -1,23 +1,18 @@
-"""A kernel with a shared-memory race, on purpose: the canary that lets a filtered racecheck run read CLEAN.
+"""A kernel with a shared-memory race, on purpose: the canary without whose hazard a racecheck run never reads CLEAN.
 
-``python -m fuzz.sanitize --tool racecheck --only-ours`` instruments only the CuTe DSL kernels (compute-sanitizer
-``--kernel-name kns=`` :data:`OURS`): cuBLAS's GEMMs of the oracle and the truth, most of a racecheck run's time,
-run uninstrumented. A filter that matched nothing would read CLEAN however racy our kernels were, so before the
-pool the same compute-sanitizer command runs this module: one CTA of :data:`THREADS` threads, each writes its own
-shared-memory word and reads the word another warp writes, with no barrier between (a read-after-write hazard
-racecheck must report). The verdict needs that hazard in this module's log, named by this kernel; its entry name
-starts with :data:`OURS` as every kernel of ``kernel/fused`` does (pinned on the CPU by
-``tests/kernel/test_fused_compile.py``).
+``python -m fuzz.sanitize --tool racecheck`` first runs this module under the same compute-sanitizer command as the
+ranks: one CTA of :data:`THREADS` threads, each writes its own shared-memory word and reads the word another warp
+writes, with no barrier between (a hazard racecheck must report). A racecheck that reported nothing here -- a tool
+that did not instrument CuTe DSL kernels, a version that misses such races, a command line that lost the tool --
+would read CLEAN whatever our kernels did; the verdict needs the canary's hazard in its own log, named by this kernel
+(and never counts it against the implementation).
 
-    compute-sanitizer --tool racecheck --kernel-name kns=kernel_cutlass_ python -m fuzz.race_canary
+    compute-sanitizer --tool racecheck python -m fuzz.race_canary
 """
 
 import sys
 
-#: The entry-name prefix CuTe DSL 4.8.1 gives every kernel (``kernel_cutlass_<function>_<module><class>...``):
-#: the substring of the filtered racecheck run (``--kernel-name kns=``).
-OURS = "kernel_cutlass_"
-#: The substring of this canary's own entry name (function ``race_canary`` of module ``fuzz.race_canary``).
+#: The substring of this canary's entry name (CuTe DSL 4.8.1: ``kernel_cutlass_race_canary_<arguments>``).
 CANARY = "race_canary"
 THREADS = 128
 #: How far away the word a thread reads lies: another warp's (racecheck reports hazards across warps).

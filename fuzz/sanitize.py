@@ -1,7 +1,7 @@
 """Sanitizer mode: a few small cases with every rank under NVIDIA compute-sanitizer.
 
     python -m fuzz.sanitize --impl fused --topology shared-gpu --world-sizes 2 [--tool memcheck|racecheck|synccheck]
-                            [--paths all|split|cluster [--paths-only]] [--time-limit S] [--only-ours]
+                            [--paths all|split|cluster [--paths-only] [--calls-only]] [--time-limit S]
 
 The ranks run as ``compute-sanitizer --tool=T --log-file=<pool logdir>/sanitizer-<pid>.log python -m
 fuzz.rank_worker`` (host API errors are not reported: CuTe DSL's architecture probe makes some on
@@ -15,11 +15,17 @@ of :data:`LIBRARY_KERNELS`, which are listed) plus every case passed. Exit 0 / 1
 no case starts past the limit; the pool is still closed, so the sanitizers report on what ran, and a run that left
 a case out ends ``CUT`` (exit 1), never ``CLEAN``.
 
-``--only-ours`` (racecheck): only the CuTe DSL kernels are instrumented (``--kernel-name kns=kernel_cutlass_``,
-:data:`fuzz.race_canary.OURS`); cuBLAS's GEMMs of the oracle and the truth, most of a full racecheck run's time, run
-uninstrumented. First the same compute-sanitizer command runs :mod:`fuzz.race_canary`, a kernel with a shared-memory
-race on purpose: the verdict needs its hazard reported (a filter that matched nothing, or a racecheck that saw
-nothing, would otherwise read CLEAN), and the canary's hazard is never counted against the implementation.
+``--calls-only``: each declared path's calls alone (family ``calls_only``, :mod:`fuzz.families.calls_only`: no
+oracle, truth or value check; each call's own checks stay): under racecheck every kernel of a process is instrumented,
+and the oracle's and the truth's GEMMs took most of a racecheck case's time (one path case 208 s on an H200; every
+declared path at W = 1 and 2 in 66 s so, 14th session). Instrumenting our kernels alone instead (compute-sanitizer
+2025.3.1 ``--kernel-name kns=kernel_cutlass_``, or excluding cuBLAS's ``nvjet_`` kernels) made the sanitizer fail on a
+hardware exception at the first fused call ("Internal Sanitizer Error: The Sanitizer failed to handle a hardware
+exception"; the same cases pass under full racecheck and memcheck): not used.
+
+racecheck: first the same compute-sanitizer command runs :mod:`fuzz.race_canary`, a kernel with a shared-memory race
+on purpose; without its hazard reported the verdict is NOT CLEAN (a racecheck that saw nothing would read CLEAN
+whatever our kernels did). The canary's hazard is in its own log, never counted against the implementation.
 """
 
 from __future__ import annotations
@@ -37,14 +43,15 @@ import time
 from .case import Case, PoolSpec
 from .node import sanitizer_command
 from .pool import RankPool
-from .race_canary import CANARY, OURS
+from .race_canary import CANARY
 
 SMALL = dict(N=512, K=256, max_M=1024)
 
 
-def cases(impl: str = "fused", world_size: int = 2, paths: str = "", paths_only: bool = False) -> list[Case]:
+def cases(impl: str = "fused", world_size: int = 2, paths: str = "", paths_only: bool = False,
+          calls_only: bool = False) -> list[Case]:
     """The small cases (none with ``paths_only``), then (``paths``: ``all``, ``split`` or ``cluster``) the declared
-    paths' cases."""
+    paths' cases -- with ``calls_only``, each path's calls alone (:func:`calls_only_cases`)."""
     from .strategies import declared_paths, path_cases
 
     def chosen(path) -> bool:
@@ -52,7 +59,23 @@ def cases(impl: str = "fused", world_size: int = 2, paths: str = "", paths_only:
                 or (paths == "cluster" and CLUSTER_LABEL.search(path.label) is not None))
 
     declared = [(i, p) for i, p in enumerate(declared_paths(impl, world_size)) if chosen(p)] if paths else []
-    return ([] if paths_only else SMALL_CASES) + [c for i, p in declared for c in path_cases(p, i)]
+    path_work = [c for i, p in declared for c in path_cases(p, i)]
+    return ([] if paths_only else SMALL_CASES) + (calls_only_cases(path_work) if calls_only else path_work)
+
+
+def calls_only_cases(full: list[Case]) -> list[Case]:
+    """The ``calls_only`` family's case of each case in ``full`` (:mod:`fuzz.families.calls_only`: the same
+    instance shape, Ms and input kinds, each call made twice, no oracle, truth or value check), one per distinct
+    (N, K, max_M, Ms): a path's graph case calls the kernel of its compute case."""
+    out, seen = [], set()
+    for c in full:
+        key = (c.N, c.K, c.max_M, tuple(c.ms))
+        if any(key[:3] == s[:3] and set(key[3]) <= set(s[3]) for s in seen):
+            continue
+        seen.add(key)
+        out.append(Case("calls_only", c.seed, c.N, c.K, c.max_M, list(c.ms), c.kind, c.out, repeat=2,
+                        kinds=c.kinds))
+    return out
 
 
 #: A declared path of clustered tiles (``kernel.fused.config.GemmConfig.label``: ``64x128c2``).
@@ -84,12 +107,12 @@ def library_hazards(text: str) -> list[str]:
             if all(any(lib in k for lib in LIBRARY_KERNELS) for k in (a, b))]
 
 
-def canary_heard(sanitizer: str, timeout_s: float = 300.0) -> tuple[bool, str]:
-    """Run :mod:`fuzz.race_canary` under ``compute-sanitizer`` as the ranks run (``sanitizer``: ``TOOL[:SUBSTRING]``,
-    :func:`fuzz.node.sanitizer_command`): (its hazard was reported, what to print: the canary's log or why not)."""
+def canary_heard(tool: str = "racecheck", timeout_s: float = 300.0) -> tuple[bool, str]:
+    """Run :mod:`fuzz.race_canary` under compute-sanitizer's ``tool`` as the ranks run
+    (:func:`fuzz.node.sanitizer_command`): (its hazard was reported, what to print: the canary's log or why not)."""
     logdir = tempfile.mkdtemp(prefix="gemm-rs-race-canary-")
     log = os.path.join(logdir, "canary.log")
-    cmd = sanitizer_command(sanitizer, log) + [sys.executable, "-u", "-m", "fuzz.race_canary"]
+    cmd = sanitizer_command(tool, log) + [sys.executable, "-u", "-m", "fuzz.race_canary"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -137,33 +160,32 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=0.0,
                     help="seconds after which no further case starts; the pool is still closed so the sanitizers "
                          "report on what ran, and the verdict is CUT (never CLEAN) when a case was left out")
-    ap.add_argument("--only-ours", action="store_true",
-                    help=f"racecheck: instrument only the CuTe DSL kernels (names containing {OURS}); the verdict "
-                         "needs the race canary's hazard reported under the same command")
+    ap.add_argument("--calls-only", action="store_true",
+                    help="the declared paths' calls alone (family calls_only: no oracle, truth or value check; the "
+                         "verdict is the sanitizer's report and each call's own checks): racecheck of every path "
+                         "in one run")
     ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
     ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")
     args = ap.parse_args(argv)
-    if args.paths_only and not args.paths:
-        ap.error("--paths-only needs --paths")
-    if args.only_ours and args.tool != "racecheck":
-        ap.error("--only-ours is a racecheck run's (its race canary is a shared-memory race)")
+    if (args.paths_only or args.calls_only) and not args.paths:
+        ap.error("--paths-only and --calls-only need --paths")
     if shutil.which("compute-sanitizer") is None:
         print("compute-sanitizer is not on PATH: sanitizer mode needs the CUDA toolkit")
         return 2
-    sanitizer = f"{args.tool}:{OURS}" if args.only_ours else args.tool
-    if args.only_ours:
-        heard, said = canary_heard(sanitizer)
+    if args.tool == "racecheck":
+        heard, said = canary_heard(args.tool)
         print(said, flush=True)
         if not heard:
-            print(f"sanitizer {sanitizer}: NOT CLEAN (the filtered run cannot be shown to see a race)")
+            print("sanitizer racecheck: NOT CLEAN (racecheck did not report the race canary's hazard: it cannot be "
+                  "shown to see a race here)")
             return 1
     spec = PoolSpec(impl=args.impl, topology=args.topology, world_size=args.world_size,
-                    optimize=sys.flags.optimize, sanitizer=sanitizer)
+                    optimize=sys.flags.optimize, sanitizer=args.tool)
     pool = RankPool(spec)
     reports = []
     started = time.monotonic()
     try:
-        todo = cases(args.impl, args.world_size, args.paths, args.paths_only)
+        todo = cases(args.impl, args.world_size, args.paths, args.paths_only, args.calls_only)
         if args.paths and len(todo) == len(cases(args.impl, args.world_size, "", args.paths_only)):
             print(f"--paths {args.paths}: {args.impl} declares no such kernel path at W={args.world_size}")
             return 2
@@ -188,7 +210,7 @@ def main(argv=None) -> int:
     cut = len(reports) < len(todo)
     verdict = "NOT CLEAN" if not ok else f"CUT ({len(reports)} of {len(todo)} cases ran, no error in them)" if cut \
         else "CLEAN"
-    print(f"sanitizer {sanitizer}: {verdict} (logs in {pool.logdir})")
+    print(f"sanitizer {args.tool}: {verdict} (logs in {pool.logdir})")
     return 0 if ok and not cut else 1
 
 

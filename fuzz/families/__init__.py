@@ -20,7 +20,19 @@ from properties import call_raised, guard_regions_untouched, main_path_available
 from properties.result import CheckResult
 
 from ..case import Case
-from . import bad_call, byte_boundary, capacity, compute, dispatch, graph, groups, instances, streams, support
+from . import (
+    bad_call,
+    byte_boundary,
+    calls_only,
+    capacity,
+    compute,
+    dispatch,
+    graph,
+    groups,
+    instances,
+    streams,
+    support,
+)
 from .calls import raised_by_call
 from .context import RankContext, describe_exception, waiver
 
@@ -35,6 +47,9 @@ FAMILIES = {
     "streams": streams.run,
     "byte_boundary": byte_boundary.run,
 }
+#: Families of the sanitizer mode alone (``python -m fuzz.sanitize --calls-only``): no strategy draws them, and
+#: their cases carry no value checks of their own (the sanitizer's report is the verdict).
+SANITIZER_FAMILIES = {"calls_only": calls_only.run}
 
 #: Families only nightly GPU runs draw (fuzz/test_gemm_rs.py skips them elsewhere): GiB-sized cases.
 NIGHTLY_ONLY = frozenset({"byte_boundary"})
@@ -44,7 +59,8 @@ OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
 #: families whose calls pass out= when the case says so
 OUT_FAMILIES = ("compute", "capacity", "graph", "instances", "streams")
 
-__all__ = ["FAMILIES", "NIGHTLY_ONLY", "RankContext", "describe_exception", "run_case", "settled_guards"]
+__all__ = ["FAMILIES", "NIGHTLY_ONLY", "SANITIZER_FAMILIES", "RankContext", "describe_exception", "run_case",
+           "settled_guards"]
 
 
 def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
@@ -62,9 +78,9 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there);
     * ``case.layout``: the family on each TP group of the layout at once, then a world call
       (:mod:`.groups`)."""
-    runner = FAMILIES.get(case.family)
+    runner = FAMILIES.get(case.family) or SANITIZER_FAMILIES.get(case.family)
     if runner is None:
-        raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES)}")
+        raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES) + sorted(SANITIZER_FAMILIES)}")
     calls = ctx.begin_case()
     if case.layout is None:
         checks = run_family(ctx, case, runner)

@@ -13,6 +13,7 @@ from fuzz import sanitize
 from fuzz.case import Case, PoolSpec, repro_command
 from fuzz.node import torchrun_command
 from fuzz.sanitize import canary_heard, cases, summaries
+from fuzz.status import Status
 
 
 def test_repro_line_carries_the_sanitizer():
@@ -68,17 +69,11 @@ def test_racecheck_hazards_in_library_kernels_are_listed_not_counted(tmp_path):
     assert not any(ours in h for h in library)
 
 
-def test_only_ours_filters_the_ranks_sanitizer_and_the_repro_keeps_it():
-    """``TOOL:SUBSTRING``: the ranks' compute-sanitizer instruments the kernels whose names contain SUBSTRING, and a
-    failure's REPRO line reruns them so."""
-    cmd = torchrun_command(sanitizer="racecheck:kernel_cutlass_", logdir="/tmp/x", nproc=2)
+def test_the_ranks_and_the_canary_run_under_one_sanitizer_command():
+    cmd = torchrun_command(sanitizer="racecheck", logdir="/tmp/x", nproc=2)
     tail = cmd[cmd.index("compute-sanitizer"):]
-    assert "--tool=racecheck" in tail and "--kernel-name=kns=kernel_cutlass_" in tail
-    assert tail.index("--kernel-name=kns=kernel_cutlass_") < tail.index(sys.executable)
-    plain = torchrun_command(sanitizer="racecheck", logdir="/tmp/x", nproc=2)
-    assert not any(a.startswith("--kernel-name") for a in plain)
-    line = repro_command(Case("compute", seed=1, N=64, K=64, max_M=64), PoolSpec(sanitizer="racecheck:kernel_cutlass_"))
-    assert line.endswith("--sanitizer racecheck:kernel_cutlass_")
+    assert tail[:tail.index(sys.executable)] == sanitize.sanitizer_command("racecheck", "/tmp/x/sanitizer-%p.log")
+    assert "--tool=racecheck" in tail
 
 
 CANARY_LOG = """========= COMPUTE-SANITIZER
@@ -102,27 +97,29 @@ def fake_sanitizer(tmp_path, monkeypatch):
     return log.write_text
 
 
-def test_the_filtered_run_needs_the_canary_heard(fake_sanitizer):
-    """The canary's hazard reported: heard. Silence (a filter matching no kernel), or hazards only in other kernels:
-    not heard, so ``--only-ours`` cannot read CLEAN."""
+def test_racecheck_needs_the_canary_heard(fake_sanitizer):
+    """The canary's hazard reported: heard. Silence (a racecheck that sees nothing), or hazards only in other
+    kernels: not heard, so the run cannot read CLEAN."""
     fake_sanitizer(CANARY_LOG)
-    heard, said = canary_heard("racecheck:kernel_cutlass_")
+    heard, said = canary_heard("racecheck")
     assert heard, said
     assert "race_canary" in said
     silent = "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
     fake_sanitizer(silent)
-    heard, said = canary_heard("racecheck:kernel_cutlass_")
+    heard, said = canary_heard("racecheck")
     assert not heard and "not reported" in said
     fake_sanitizer(H200_RACECHECK_LOG)
-    assert not canary_heard("racecheck:kernel_cutlass_")[0]
+    assert not canary_heard("racecheck")[0]
 
 
-def test_only_ours_ends_not_clean_without_the_canary(fake_sanitizer, capsys):
+def test_racecheck_ends_not_clean_without_the_canary_before_any_case(fake_sanitizer, capsys, monkeypatch):
+    def no_pool(spec):
+        raise AssertionError("no pool may start once the canary went unheard")
+
+    monkeypatch.setattr(sanitize, "RankPool", no_pool)
     fake_sanitizer("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
-    assert sanitize.main(["--tool", "racecheck", "--only-ours", "--world-sizes", "1"]) == 1
-    assert "NOT CLEAN (the filtered run cannot be shown to see a race)" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        sanitize.main(["--tool", "memcheck", "--only-ours"])
+    assert sanitize.main(["--tool", "racecheck", "--world-sizes", "1"]) == 1
+    assert "NOT CLEAN (racecheck did not report the race canary's hazard" in capsys.readouterr().out
 
 
 def test_sanitizer_cases_cover_the_gpu_properties():
@@ -187,3 +184,41 @@ def test_sanitizer_time_limit_never_reads_clean(monkeypatch, capsys):
     rc = sanitize.main(["--impl", "unfused", "--world-sizes", "2", "--time-limit", "10"])
     out = capsys.readouterr().out
     assert rc == 1 and "CUT (2 of 4 cases ran, no error in them)" in out and "CLEAN (" not in out
+
+
+def test_calls_only_cases_keep_each_paths_calls_once():
+    """``--calls-only``: each declared path's compute case becomes one calls_only case of the same shape, Ms and
+    kinds; its graph case (the same kernel) adds none; the small cases stay whole."""
+    full = cases("fused", 2, "all", paths_only=True)
+    calls = cases("fused", 2, "all", paths_only=True, calls_only=True)
+    assert {c.family for c in calls} == {"calls_only"}
+    computes = [c for c in full if c.family == "compute"]
+    assert [(c.N, c.K, c.max_M, c.ms, c.kinds) for c in calls] == [(c.N, c.K, c.max_M, c.ms, c.kinds)
+                                                                   for c in computes]
+    assert cases("fused", 2, "all", calls_only=True)[:len(cases())] == cases()
+    with pytest.raises(SystemExit):
+        sanitize.main(["--calls-only"])  # needs --paths
+
+
+@pytest.mark.multiproc
+def test_the_calls_only_family_makes_the_calls_and_can_fail():
+    """A calls_only case runs the implementation's calls with their own checks (path, result contract) and no
+    oracle: it passes on the unfused implementation, fails where a call raises, and reports no value check."""
+    from fuzz.pool import RankPool
+
+    case = Case("calls_only", seed=5, N=64, K=64, max_M=256, ms=[3, 130, 3], kinds=["gaussian", "cancel", "exact"])
+    pool = RankPool(PoolSpec(impl="unfused", world_size=2))
+    try:
+        report = pool.run(case)
+    finally:
+        pool.close()
+    assert report.passed, report.render()
+    names = report.property_names()
+    assert "result_contract" in names and not names & {"within_tolerance", "bitwise_equal", "oracle_exact"}
+    fallback = RankPool(PoolSpec(impl="mutants.catalogue:SilentFallback", world_size=2))
+    try:
+        bad = fallback.run(case)  # M = 3: its unfused fallback, not the path it names
+    finally:
+        fallback.close()
+    failed = {c["name"] for _, c in bad.checks() if not c["passed"] and not c.get("skipped")}
+    assert bad.status == Status.FAILED and "path_taken" in failed, bad.render()
