@@ -6,7 +6,7 @@ which also exports them, so the processes it starts (pytest sessions, ranks) rea
     python -m fuzz.config            # the table below, as README's "Configuration" section shows it
 
 The same flag spells the same thing in every tool (``ci/gate``, ``pytest fuzz/``, ``fuzz.repro``,
-``fuzz.differential``, ``mutants.meta``): :data:`COMMON` names the flags each takes; old spellings
+``fuzz.differential``, ``mutants.meta``, ``fuzz.sanitize``): :data:`COMMON` names the flags each takes; old spellings
 (``--impls``, ``--world-size``, ``--out``, ``--only``) still work and are hidden from ``--help``.
 
 Variables that start with ``_GEMM_RS_`` are not settings: they carry plumbing from a driver to the processes
@@ -102,6 +102,7 @@ COMMON = {
     "fuzz.differential": ("impl", "world_sizes", "topology", "profile", "case_deadline", "nnodes",
                           "control_address", "rdzv_endpoint"),
     "mutants.meta": ("impl", "world_sizes", "profile", "report_dir", "jobs", "case_deadline"),
+    "fuzz.sanitize": ("impl", "world_sizes", "topology", "case_deadline"),
 }
 #: The flags every tool takes.
 EVERYWHERE = ("impl", "world_sizes")

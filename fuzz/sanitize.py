@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+from . import config
 from .case import Case, PoolSpec
 from .node import sanitizer_command
 from .pool import RankPool
@@ -145,30 +146,45 @@ def summaries(logdir: str, library: list[str] | None = None) -> dict[str, int | 
     return out
 
 
+#: Seconds a sanitized case may take (``--case-deadline`` left at its default): instrumented kernels are slow.
+SANITIZED_CASE_DEADLINE_S = 600.0
+TOPOLOGIES = ("shared-gpu", "multi-gpu")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fuzz.sanitize", description=__doc__.splitlines()[0])
-    ap.add_argument("--impl", default="fused")
-    ap.add_argument("--topology", default="shared-gpu", choices=("shared-gpu", "multi-gpu"))
-    ap.add_argument("--world-sizes", dest="world_size", type=int, default=2, help="W (one)")
-    ap.add_argument("--world-size", dest="world_size", type=int, help=argparse.SUPPRESS)  # old spelling
+    config.add_to_parser(ap, "fuzz.sanitize", helps={
+        "impl": "implementations, each run in turn (default here: fused)",
+        "world_sizes": "W, each run in turn on its own pool (default here: 2)",
+        "topology": f"one of {', '.join(TOPOLOGIES)} (default here: shared-gpu)",
+        "case_deadline": f"seconds per case (default here: {SANITIZED_CASE_DEADLINE_S:.0f}: sanitized kernels are "
+                         "slow)"})
+    ap.add_argument("--deadline", dest="case_deadline", default=None, help=argparse.SUPPRESS)  # old spelling
     ap.add_argument("--tool", default="memcheck")
     ap.add_argument("--paths", default="", choices=("", "all", "split", "cluster"),
                     help="also the cases of the implementation's declared kernel paths (split: the split-K ones; "
                          "cluster: the clustered tiles)")
     ap.add_argument("--paths-only", action="store_true",
                     help="only the declared paths' cases (racecheck is slow: the small cases can fill a time budget)")
-    ap.add_argument("--time-limit", type=float, default=0.0,
-                    help="seconds after which no further case starts; the pool is still closed so the sanitizers "
-                         "report on what ran, and the verdict is CUT (never CLEAN) when a case was left out")
     ap.add_argument("--calls-only", action="store_true",
                     help="the declared paths' calls alone (family calls_only: no oracle, truth or value check; the "
                          "verdict is the sanitizer's report and each call's own checks): racecheck of every path "
                          "in one run")
-    ap.add_argument("--deadline", type=float, default=600.0, help="per case: sanitized kernels are slow")
+    ap.add_argument("--time-limit", type=float, default=0.0,
+                    help="seconds (per pool) after which no further case starts; the pool is still closed so the "
+                         "sanitizers report on what ran, and the verdict is CUT (never CLEAN) when a case was left out")
     ap.add_argument("--close-grace", type=float, default=180.0, help="seconds the ranks get to exit and report")
     args = ap.parse_args(argv)
+    cfg = config.install(args)
+    topology = cfg.topology or "shared-gpu"
+    if topology not in TOPOLOGIES:
+        ap.error(f"--topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
     if (args.paths_only or args.calls_only) and not args.paths:
         ap.error("--paths-only and --calls-only need --paths")
+    impls = cfg.csv("impl") or ["fused"]
+    sizes = [int(w) for w in cfg.csv("world_sizes") or ["2"]]
+    deadline = (SANITIZED_CASE_DEADLINE_S if cfg.sources["case_deadline"] == "default"
+                else cfg.number("case_deadline"))
     if shutil.which("compute-sanitizer") is None:
         print("compute-sanitizer is not on PATH: sanitizer mode needs the CUDA toolkit")
         return 2
@@ -179,39 +195,49 @@ def main(argv=None) -> int:
             print("sanitizer racecheck: NOT CLEAN (racecheck did not report the race canary's hazard: it cannot be "
                   "shown to see a race here)")
             return 1
-    spec = PoolSpec(impl=args.impl, topology=args.topology, world_size=args.world_size,
-                    optimize=sys.flags.optimize, sanitizer=args.tool)
+    verdicts = []
+    for impl in impls:
+        for world_size in sizes:
+            todo = cases(impl, world_size, args.paths, args.paths_only, args.calls_only)
+            if args.paths and len(todo) == len(cases(impl, world_size, "", args.paths_only)):
+                print(f"--paths {args.paths}: {impl} declares no such kernel path at W={world_size}")
+                return 2
+            verdicts.append(run_pool(PoolSpec(impl=impl, topology=topology, world_size=world_size,
+                                              optimize=sys.flags.optimize, sanitizer=args.tool),
+                                     todo, deadline, args.time_limit, args.close_grace))
+    return 0 if all(verdicts) else 1
+
+
+def run_pool(spec: PoolSpec, todo: list[Case], deadline: float, time_limit: float, close_grace: float) -> bool:
+    """``todo`` on a fresh sanitized pool of ``spec``, then its verdict printed: whether it is CLEAN."""
     pool = RankPool(spec)
     reports = []
     started = time.monotonic()
     try:
-        todo = cases(args.impl, args.world_size, args.paths, args.paths_only, args.calls_only)
-        if args.paths and len(todo) == len(cases(args.impl, args.world_size, "", args.paths_only)):
-            print(f"--paths {args.paths}: {args.impl} declares no such kernel path at W={args.world_size}")
-            return 2
         for case in todo:
-            if args.time_limit and time.monotonic() - started > args.time_limit:
+            if time_limit and time.monotonic() - started > time_limit:
                 break
-            report = pool.run(case, deadline=args.deadline)
+            report = pool.run(case, deadline=deadline)
             reports.append(report)
             print(f"{report.status:>8}  {case.short()}", flush=True)
             if not report.status.ok:
                 print(report.render())
     finally:
-        pool.close(grace_s=args.close_grace)  # sanitizers write their summaries at exit: give them time
+        pool.close(grace_s=close_grace)  # sanitizers write their summaries at exit: give them time
     library: list[str] = []
     sums = summaries(pool.logdir, library)
     for name, n in sums.items():
         print(f"{name}: {'no ERROR SUMMARY (process did not finish cleanly)' if n is None else f'{n} errors'}")
     for hazard in library:
         print(f"not counted (a library's kernel, LIBRARY_KERNELS): {hazard}")
-    ok = (len(sums) == args.world_size and all(n == 0 for n in sums.values())
+    ok = (len(sums) == spec.world_size and all(n == 0 for n in sums.values())
           and all(r.status.ok for r in reports))
     cut = len(reports) < len(todo)
     verdict = "NOT CLEAN" if not ok else f"CUT ({len(reports)} of {len(todo)} cases ran, no error in them)" if cut \
         else "CLEAN"
-    print(f"sanitizer {args.tool}: {verdict} (logs in {pool.logdir})")
-    return 0 if ok and not cut else 1
+    print(f"sanitizer {spec.sanitizer} ({spec.impl}, {spec.topology}, W={spec.world_size}): {verdict} "
+          f"(logs in {pool.logdir})")
+    return ok and not cut
 
 
 if __name__ == "__main__":

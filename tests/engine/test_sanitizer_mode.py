@@ -16,6 +16,20 @@ from fuzz.sanitize import canary_heard, cases, summaries
 from fuzz.status import Status
 
 
+@pytest.fixture(autouse=True)
+def _own_settings(monkeypatch):
+    """``sanitize.main`` installs its flags as this process's settings (fuzz/config.py, exported to the
+    environment for its ranks): put both back after each test, for the tests that follow in this worker."""
+    from fuzz import config
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith(config.ENV_PREFIX)}
+    monkeypatch.setattr(config, "_CURRENT", config._CURRENT)
+    yield
+    for k in [k for k in os.environ if k.startswith(config.ENV_PREFIX)]:
+        del os.environ[k]
+    os.environ.update(saved)
+
+
 def test_repro_line_carries_the_sanitizer():
     line = repro_command(Case("compute", seed=1, N=64, K=64, max_M=64), PoolSpec(sanitizer="racecheck"))
     assert line.endswith("--sanitizer racecheck")
@@ -184,6 +198,45 @@ def test_sanitizer_time_limit_never_reads_clean(monkeypatch, capsys):
     rc = sanitize.main(["--impl", "unfused", "--world-sizes", "2", "--time-limit", "10"])
     out = capsys.readouterr().out
     assert rc == 1 and "CUT (2 of 4 cases ran, no error in them)" in out and "CLEAN (" not in out
+    assert "(unfused, shared-gpu, W=2)" in out
+
+
+def test_sanitize_takes_the_common_flags_and_runs_each_w(monkeypatch, capsys):
+    """fuzz.sanitize spells --impl, --world-sizes, --topology, --case-deadline as every tool does
+    (fuzz/config.py); several W run one pool each, and the exit status is 0 only if every pool is CLEAN."""
+    import shutil
+
+    from fuzz.status import Status
+
+    started = []
+
+    class FakePool:
+        def __init__(self, spec):
+            self.spec, self.logdir = spec, f"/fake/{spec.world_size}"
+            started.append(spec)
+
+        def run(self, case, deadline=None):
+            assert deadline == 33.0
+            return type("R", (), {"status": Status.PASSED, "render": lambda self: ""})()
+
+        def close(self, grace_s=None):
+            pass
+
+    def sums(logdir, library=None):  # W = 4's second rank found an error
+        w = int(logdir.rsplit("/", 1)[1])
+        return {f"sanitizer-{r}.log": int(w == 4 and r == 1) for r in range(w)}
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(sanitize, "RankPool", FakePool)
+    monkeypatch.setattr(sanitize, "summaries", sums)
+    rc = sanitize.main(["--impl", "unfused", "--world-sizes", "2,4", "--case-deadline", "33",
+                        "--topology", "multi-gpu"])
+    out = capsys.readouterr().out
+    assert [(s.impl, s.world_size, s.topology) for s in started] == [("unfused", 2, "multi-gpu"),
+                                                                     ("unfused", 4, "multi-gpu")]
+    assert rc == 1 and "(unfused, multi-gpu, W=2): CLEAN" in out and "(unfused, multi-gpu, W=4): NOT CLEAN" in out
+    with pytest.raises(SystemExit):
+        sanitize.main(["--topology", "cpu"])
 
 
 def test_calls_only_cases_keep_each_paths_calls_once():

@@ -77,11 +77,12 @@ def _help(main) -> str:
 
 
 def test_every_tool_lists_the_same_flag_names(pytestconfig):
-    from fuzz import campaign, differential, repro
+    from fuzz import campaign, differential, repro, sanitize
     from mutants import meta
 
     helps = {"ci/gate": _help(campaign.main), "fuzz.repro": _help(repro.main),
-             "fuzz.differential": _help(differential.main), "mutants.meta": _help(meta.main)}
+             "fuzz.differential": _help(differential.main), "mutants.meta": _help(meta.main),
+             "fuzz.sanitize": _help(sanitize.main)}
     old = [a for s in config.SETTINGS for a in s.aliases]
     for tool, text in helps.items():
         listed = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text))
