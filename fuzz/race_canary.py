@@ -42,14 +42,15 @@ def _kernels():
     return launch
 
 
-def compile_canary(arch: str = "sm_90a", address: int = 1 << 20):
-    """The canary compiled for ``arch`` (no GPU needed): ``(fn, seconds, ptx)``."""
+def compile_canary(arch: str = "sm_90a"):
+    """The canary compiled for ``arch`` (no GPU needed; a placeholder pointer, the output's comes at launch):
+    ``(fn, seconds, ptx)``."""
     import cuda.bindings.driver as cuda
     import cutlass
 
-    from kernel.fused.compile import _compile_keeping_ptx, _ptr
+    from kernel.fused.compile import _PLACEHOLDER, _compile_keeping_ptx, _ptr
 
-    return _compile_keeping_ptx(_kernels(), (_ptr(cutlass.Int32, address), cuda.CUstream(0)), arch)
+    return _compile_keeping_ptx(_kernels(), (_ptr(cutlass.Int32, _PLACEHOLDER), cuda.CUstream(0)), arch)
 
 
 def main() -> int:
@@ -60,7 +61,7 @@ def main() -> int:
     from kernel.fused.compile import _ptr
 
     out = torch.full((THREADS,), -1, dtype=torch.int32, device="cuda")
-    fn, _, _ = compile_canary(address=out.data_ptr())
+    fn, _, _ = compile_canary()
     stream = torch.cuda.current_stream()
     fn(_ptr(cutlass.Int32, out.data_ptr()), cuda.CUstream(stream.cuda_stream))
     torch.cuda.synchronize()

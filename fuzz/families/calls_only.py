@@ -8,6 +8,7 @@ a raising call); the values are the gate's families' to judge, never this one's.
 
 from __future__ import annotations
 
+from kernel.checks import shard_rows
 from properties import sentinel_like
 from properties.result import CheckResult
 
@@ -16,8 +17,6 @@ from .context import RankContext
 
 
 def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
-    from kernel.checks import shard_rows
-
     for i, (M, kind) in enumerate(zip(case.ms, case.call_kinds())):
         seed = case.seed + i
         x, w = ctx.x(case, seed, M, kind), ctx.w(case, seed, kind)
