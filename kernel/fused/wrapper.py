@@ -479,10 +479,11 @@ class FusedGemmRs(GemmRsImplementation):
         on one workspace). The cost model sees M only through tile counts (``ceil`` of M, or of ``ceil(M / W)``,
         over a multiple of 64 rows) and the split-K limit (a multiple of 64 too), the protocol plan through its
         table's Ms: the path is constant between those points, so only they are evaluated."""
-        points = {m * 64 + 1 for m in range(1, (max_M - 1) // 64 + 1)}
-        points |= {M for M, _ in self._plan.by_m if 2 <= M <= max_M}
+        from .tiles import row_segments
+
+        points = [M for M, _ in row_segments(max_M, [m for m, _ in self._plan.by_m])][1:]
         switches, before = [], self.call_path(1)
-        for M in sorted(points):
+        for M in points:
             path = self.call_path(M)
             if path != before:
                 switches.append(M)
