@@ -82,6 +82,7 @@ class RankPool:
         self.hello: dict[int, dict] = {}
         self.starts = 0
         self.start_seconds: list[float] = []
+        self.startups: list[str] = []  # where each start's time went (startup_line)
         self.cases_since_start = 0
         self.history: list[Case] = []  # the cases run since the pool started (the last HISTORY_CASES)
         self._server: socket.socket | None = None  # kept while the pool lives when it spans nodes
@@ -129,6 +130,7 @@ class RankPool:
             raise PoolError(f"W={world} does not split evenly over {nnodes} nodes (torchrun starts the same "
                             f"number of ranks on every node)")
         deadline = time.monotonic() + START_TIMEOUT
+        launched = time.time()
         server = self._server or self.network.listen(nnodes, world + nnodes)
         if nnodes > 1:
             self._server = server
@@ -198,6 +200,9 @@ class RankPool:
         self.cases_since_start = 0
         self.history = []
         self.start_seconds.append(time.perf_counter() - t0)
+        self.startups.append(startup_line(self.spec.world_size, launched, time.time(), self.hello))
+        with open(os.path.join(self.logdir, "startup.txt"), "w") as f:  # the log folder holds the latest start
+            f.write(self.startups[-1] + "\n")
 
     def _await_agents(self, server: socket.socket, deadline: float, driver: str) -> None:
         """Until nnodes - 1 node agents are connected (those that went away are dropped)."""
@@ -421,3 +426,21 @@ class RankPool:
 
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+#: The start-up stages a rank stamps (fuzz/rank_worker.py), in order.
+STARTUP_STAGES = ("main", "torch", "impl", "device", "group")
+
+
+def startup_line(world_size: int, launched: float, done: float, hellos: dict[int, dict]) -> str:
+    """Where a pool's start went, one line (:attr:`RankPool.startups`, the latest in the log folder's
+    ``startup.txt``): seconds from the launch to each stage of
+    the slowest rank at that stage (``main``: the rank's interpreter reached its code; ``torch`` imported; the
+    implementation loaded; the ``device`` set; the process ``group`` joined), then to the last hello."""
+    parts = []
+    for stage in STARTUP_STAGES:
+        times = [h.get("stamps", {}).get(stage) for h in hellos.values()]
+        times = [t for t in times if t is not None]
+        if times:
+            parts.append(f"{stage} {max(times) - launched:.2f}")
+    return f"W={world_size} started in {done - launched:.2f} s: " + ", ".join(parts) + f" (launched at {launched:.1f})"

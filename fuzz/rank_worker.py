@@ -176,6 +176,7 @@ def between_cases(torch_mod, device, describe) -> str | None:
 
 
 def main() -> int:
+    stamps = {"main": time.time()}  # wall-clock stages of the start-up, sent with the hello (fuzz.pool.startup_line)
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -196,6 +197,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
+    stamps["torch"] = time.time()
     from kernel.registry import load_implementation
 
     from . import phases
@@ -208,6 +210,7 @@ def main() -> int:
         load_error = None
     except Exception as exc:  # noqa: BLE001 — reported to the driver, which fails the case
         impl_factory, load_error = None, describe_exception(exc)
+    stamps["impl"] = time.time()
     topology = os.environ.get(TOPOLOGY_ENV, "cpu")
     preloading = None
     if topology != "cpu":  # what the GPU paths import lazily (the cpu topology's ranks need none of it)
@@ -220,14 +223,17 @@ def main() -> int:
         device = torch.device("cuda", local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    stamps["device"] = time.time()
     backend = "nccl" if topology == "multi-gpu" else "gloo"
     dist.init_process_group(backend=backend)
+    stamps["group"] = time.time()
     ctx = RankContext(impl_factory, rank=rank, world_size=world_size, device=device, group=None,
                       topology=topology)
     chan = connect(os.environ[DRIVER_ENV])
     node = int(os.environ.get(NODE_ENV, "0"))
     chan.send({"type": "hello", "rank": rank, "node": node, "pid": os.getpid(), "optimize": sys.flags.optimize,
-               "device": str(device), "torch": torch.__version__, "backend": backend})
+               "device": str(device), "torch": torch.__version__, "backend": backend,
+               "stamps": stamps})
     profiler = CaseProfiler.for_rank(rank, world_size, topology)
     broken = None
     while True:
@@ -242,6 +248,8 @@ def main() -> int:
         t0 = time.perf_counter()
         if preloading is not None:  # no case beside imports in flight (_preload); the wait is the first case's
             preloading.join()
+            print(f"[rank {rank}] preloads done {time.time() - stamps['main']:.2f} s after main", flush=True)
+            preloading = None
         checks, error = [], load_error or broken
         phases.begin()
         if error is None:

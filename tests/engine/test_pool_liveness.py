@@ -6,6 +6,7 @@ its own processes, and no process outlives it; ports never collide."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -125,6 +126,15 @@ def test_a_failed_case_restarts_the_pool_and_a_passed_one_keeps_it():
         assert not pool.alive and pool.last_pids == pids  # killed at once, not at the next case
         assert pool.run(Case("compute", ms=[4], **SMALL)).passed
         assert pool.starts == 2 and set(pool.rank_pids().values()).isdisjoint(pids.values())
+        # each start's line of where its time went (fuzz.pool.startup_line): every stage, in order
+        assert len(pool.startups) == 2, pool.startups
+        assert open(os.path.join(pool.logdir, "startup.txt")).read() == pool.startups[-1] + "\n"
+        for line in pool.startups:
+            m = re.fullmatch(r"W=2 started in ([0-9.]+) s: main ([0-9.]+), torch ([0-9.]+), impl ([0-9.]+), "
+                             r"device ([0-9.]+), group ([0-9.]+) \(launched at [0-9.]+\)", line)
+            assert m, line
+            stages = [float(x) for x in m.groups()[1:]]
+            assert stages == sorted(stages) and stages[-1] <= float(m.group(1)), line
     finally:
         pool.close()
 
