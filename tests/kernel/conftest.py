@@ -11,6 +11,11 @@ kernels' source and the DSL version, so a test never reads the PTX of other code
 compile call the compile functions directly (``_compile_rs``), which bypass every cache. On a GPU host it
 stays as the caller set it (off by default), so the GPU tests run freshly compiled kernels; the kernel
 cache's own GPU test turns it on where it needs it.
+
+The modules that compile most (test_fault_builds.py: some 30 builds in one module fixture; test_fused_compile.py)
+are one xdist group, ``kernel-compile``: on two workers each had computed the module fixture at once, both missing
+the cache (95 s and 86 s of set-up on a 2-core CI machine, 15th session), where one worker now compiles it while the
+other runs the rest of the suite.
 """
 
 import os

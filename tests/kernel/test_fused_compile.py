@@ -23,6 +23,7 @@ from kernel.fused import cutlass_available
 
 pytestmark = [
     pytest.mark.kernel,
+    pytest.mark.xdist_group("kernel-compile"),  # conftest.py: one worker compiles what these modules share
     pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed"),
 ]
 
