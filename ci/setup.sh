@@ -16,13 +16,21 @@
 # 5.3 s, 2.4 s with the .opt-1.pyc written here; one mutant of the kill matrix 11.0 s -> 6.4 s. Best effort, never
 # a failure: a file of another Python's syntax (torch ships some) or a read-only folder only leaves it as it was.
 _gemm_rs_bytecode() {
-  local py=$1 dirs
+  local py=$1 dirs stamp
   dirs=$("$py" -c 'import os, site, sys, sysconfig
 found = [*site.getsitepackages(), sysconfig.get_paths()["purelib"], *sys.argv[1:]]
 print("\n".join(d for d in dict.fromkeys(found) if os.access(d, os.W_OK)))' "${@:2}" 2>/dev/null) || return 0
   [ -n "$dirs" ] || return 0  # nothing writable: nothing to do (a compile here could not be kept)
+  # Done once per (python, folders) while no folder's entries change (a package installed or removed): checking
+  # every file again took the GPU host's system python (torch, the CuTe DSL bundle) 10-15 s at each source.
+  stamp="${TMPDIR:-/tmp}/gemm-rs-bytecode-$(printf '%s\n' "$py" "$dirs" | sha256sum | cut -c1-16)"
+  # shellcheck disable=SC2086 -- one folder per line
+  if [ -f "$stamp" ] && [ -z "$(IFS=$'\n'; find $dirs -maxdepth 1 -newer "$stamp" -print -quit 2>/dev/null)" ]; then
+    return 0
+  fi
   # shellcheck disable=SC2086 -- one folder per line
   (IFS=$'\n'; "$py" -O -m compileall -q -j 0 $dirs >/dev/null 2>&1)
+  touch "$stamp" 2>/dev/null
   return 0
 }
 
@@ -37,7 +45,9 @@ _gemm_rs_setup() {
   if [ "${GEMM_RS_SYSTEM_PYTHON:-0}" = "1" ]; then
     GEMM_RS_PY=$(command -v python3) || { echo "[setup] no python3 on PATH" >&2; return 1; }
     bundle=$(ls "$root"/.device/cutlass-dsl-*.tar.xz 2>/dev/null | head -1)
-    if ! "$GEMM_RS_PY" -c "import cutlass" 2>/dev/null && [ -n "$bundle" ]; then
+    # find_spec, not an import: importing the CuTe DSL took seconds at every source
+    if ! "$GEMM_RS_PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('cutlass') is None)" 2>/dev/null \
+        && [ -n "$bundle" ]; then
       [ -d /tmp/site/nvidia_cutlass_dsl ] || tar -xJf "$bundle" -C /tmp || return 1
       export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
     fi

@@ -3,6 +3,7 @@ the suite needs and leave the caller's shell options (``set -e``/``-u``/``pipefa
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -54,3 +55,40 @@ def test_the_packages_have_bytecode_for_python_O():
     for module in (torch, torch.nn, hypothesis, pytest):
         cached = importlib.util.cache_from_source(module.__file__, optimization=1)
         assert os.path.exists(cached), f"no -O bytecode for {module.__name__}: {cached}"
+
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# python3 for GEMM_RS_SYSTEM_PYTHON=1: says where its packages are, and logs each bytecode compile
+case "$*" in
+  *compileall*) echo compiled >> "$FAKE_LOG" ;;
+  *getsitepackages*) echo "$FAKE_SITE" ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def test_system_python_bytecode_is_compiled_once_until_its_packages_change(tmp_path):
+    """GEMM_RS_SYSTEM_PYTHON=1 (the GPU hosts): the -O bytecode of the system python's packages is written at the
+    first source and skipped at the next (checking every file again took 10-15 s each time ``ci/gate`` started),
+    until a package is installed or removed there."""
+    bindir, site, tmp = tmp_path / "bin", tmp_path / "site", tmp_path / "tmp"
+    for d in (bindir, site, tmp):
+        d.mkdir()
+    (bindir / "python3").write_text(FAKE_PYTHON)
+    (bindir / "python3").chmod(0o755)
+    log = tmp_path / "compiles.log"
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "GEMM_RS_SYSTEM_PYTHON": "1", "TMPDIR": str(tmp),
+           "FAKE_LOG": str(log), "FAKE_SITE": str(site), "HOME": str(tmp_path)}
+
+    def source():
+        out = subprocess.run(["bash", "-c", SCRIPT, "bash", str(REPO)], capture_output=True, text=True,
+                             timeout=120, cwd="/", env=env)
+        assert "rc=0" in out.stdout and f"py={bindir}/python3" in out.stdout, out.stdout + out.stderr
+        return log.read_text().count("compiled") if log.exists() else 0
+
+    assert source() == 1
+    assert source() == 1, "compiled again though nothing changed"
+    os.utime(tmp / next(p.name for p in tmp.iterdir()), (1, 1))  # the stamp older than the folder: a change
+    (site / "newpkg").mkdir()
+    assert source() == 2, "a package installed, yet not compiled"
+    assert source() == 2
