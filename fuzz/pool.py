@@ -81,7 +81,6 @@ class RankPool:
         self.chans: dict[int, Channel] = {}
         self.hello: dict[int, dict] = {}
         self.starts = 0
-        self.start_seconds: list[float] = []
         self.startups: list[str] = []  # where each start's time went (startup_line)
         self.cases_since_start = 0
         self.history: list[Case] = []  # the cases run since the pool started (the last HISTORY_CASES)
@@ -124,7 +123,6 @@ class RankPool:
         if self.alive:
             return
         self.kill()
-        t0 = time.perf_counter()
         nnodes, world = self.spec.nnodes, self.spec.world_size
         if nnodes < 1 or world % nnodes:
             raise PoolError(f"W={world} does not split evenly over {nnodes} nodes (torchrun starts the same "
@@ -199,7 +197,6 @@ class RankPool:
         self.starts += 1
         self.cases_since_start = 0
         self.history = []
-        self.start_seconds.append(time.perf_counter() - t0)
         self.startups.append(startup_line(self.spec.world_size, launched, time.time(), self.hello))
         with open(os.path.join(self.logdir, "startup.txt"), "w") as f:  # the log folder holds the latest start
             f.write(self.startups[-1] + "\n")
@@ -434,9 +431,9 @@ STARTUP_STAGES = ("main", "torch", "impl", "device", "group")
 
 def startup_line(world_size: int, launched: float, done: float, hellos: dict[int, dict]) -> str:
     """Where a pool's start went, one line (:attr:`RankPool.startups`, the latest in the log folder's
-    ``startup.txt``): seconds from the launch to each stage of
-    the slowest rank at that stage (``main``: the rank's interpreter reached its code; ``torch`` imported; the
-    implementation loaded; the ``device`` set; the process ``group`` joined), then to the last hello."""
+    ``startup.txt``): the seconds from the launch to the slowest rank's arrival at each stage (``main``: the rank's
+    interpreter reached its code; ``torch`` imported; the implementation loaded; the ``device`` set; the process
+    ``group`` joined), and to the pool's being ready."""
     parts = []
     for stage in STARTUP_STAGES:
         times = [h.get("stamps", {}).get(stage) for h in hellos.values()]
