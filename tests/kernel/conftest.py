@@ -13,9 +13,9 @@ stays as the caller set it (off by default), so the GPU tests run freshly compil
 cache's own GPU test turns it on where it needs it.
 
 The modules that compile most (test_fault_builds.py: some 30 builds in one module fixture; test_fused_compile.py)
-are one xdist group, ``kernel-compile``: on two workers each had computed the module fixture at once, both missing
-the cache (95 s and 86 s of set-up on a 2-core CI machine, 15th session), where one worker now compiles it while the
-other runs the rest of the suite.
+are one xdist group, ``kernel-compile``: on two workers both had needed the module fixture at once, one compiling and
+the other waiting on the cache's lock for the same builds (95 s and 86 s of set-up on a 2-core CI machine, 15th
+session); now one worker compiles them while the other runs the rest of the suite.
 """
 
 import os
