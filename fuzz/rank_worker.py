@@ -1,4 +1,5 @@
-"""Entry point of one rank of a pool: ``torchrun ... -m fuzz.rank_worker``.
+"""One rank of a pool: torchrun forks it and runs ``fuzz/rank_main.py`` (``fuzz.node.torchrun_command``), or,
+under a sanitizer, ``torchrun ... compute-sanitizer ... python -m fuzz.rank_worker``.
 
 Joins the process group for its topology, connects to the driver (``_GEMM_RS_DRIVER``=host:port), says hello (rank,
 node, pid, ``sys.flags.optimize``, device), then runs cases until told to stop, sending each case's result (its
@@ -30,6 +31,15 @@ def _die_with_parent() -> None:
         libc.prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF))
     except OSError:
         pass
+
+
+def _default_signals() -> None:
+    """The signal dispositions of a fresh interpreter. torchrun forks the ranks (``fuzz.node.torchrun_command``) from
+    its agent, whose handlers turn SIGTERM, SIGHUP and SIGQUIT into an exception: a rank would catch it as its case's
+    error and live on when torchrun stops the ranks after one died (torchrun waited out its shutdown timeout)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _exit_when_driver_dies(driver_pid: int) -> None:
@@ -190,6 +200,7 @@ def main() -> int:
     faulthandler.enable(file=stacks, all_threads=True)
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     _route_stack_requests()
+    _default_signals()
     _die_with_parent()
     if os.environ.get(DRIVER_PID_ENV):  # the driver, or the node agent acting for it on this host
         _exit_when_driver_dies(int(os.environ[DRIVER_PID_ENV]))

@@ -88,6 +88,14 @@ def test_the_ranks_and_the_canary_run_under_one_sanitizer_command():
     tail = cmd[cmd.index("compute-sanitizer"):]
     assert tail[:tail.index(sys.executable)] == sanitize.sanitizer_command("racecheck", "/tmp/x/sanitizer-%p.log")
     assert "--tool=racecheck" in tail
+    assert tail[-3:] == ["-u", "-m", "fuzz.rank_worker"]  # a new interpreter per rank, under the sanitizer
+
+
+def test_without_a_sanitizer_torchrun_forks_the_ranks_from_its_agent():
+    cmd = torchrun_command(sanitizer=None, logdir="/tmp/x", nproc=4)
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--start-method=fork" in cmd
+    script = cmd[cmd.index("--run-path") + 1]
+    assert cmd[-1] == script and script.endswith("fuzz/rank_main.py") and os.path.isfile(script)
 
 
 CANARY_LOG = """========= COMPUTE-SANITIZER
