@@ -208,7 +208,14 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
+    from .topology import NVML_CHECK_ENV
+
     stamps["torch"] = time.time()
+    topology = os.environ.get(TOPOLOGY_ENV, "cpu")
+    if topology != "cpu" and torch.cuda._is_in_bad_fork():
+        raise RuntimeError("torchrun's agent initialised CUDA before it forked this rank, so this rank cannot use "
+                           f"it: the agent must ask for GPUs through NVML ({NVML_CHECK_ENV}=1, fuzz.topology.rank_env)"
+                           f"; here {NVML_CHECK_ENV}={os.environ.get(NVML_CHECK_ENV)!r}")
     from kernel.registry import load_implementation
 
     from . import phases
@@ -222,7 +229,6 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 — reported to the driver, which fails the case
         impl_factory, load_error = None, describe_exception(exc)
     stamps["impl"] = time.time()
-    topology = os.environ.get(TOPOLOGY_ENV, "cpu")
     preloading = None
     if topology != "cpu":  # what the GPU paths import lazily (the cpu topology's ranks need none of it)
         preloading = _preload(PRELOAD + tuple(getattr(impl_factory, "preload_modules", ())))

@@ -86,12 +86,21 @@ def gate_kernel_cache_dir() -> str:
     return os.path.join(base, "gemm-rs", "kernels")
 
 
+#: torch answers torch.cuda.is_available() / device_count() through NVML, without initialising CUDA.
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
 def rank_env(topology: str, gpus: list[int] | None = None) -> dict[str, str]:
     """Environment additions for the rank processes of a pool."""
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; one of {TOPOLOGIES}")
     env = dict(MULTICAST_OFF)
     env[TOPOLOGY_ENV] = topology
+    # torchrun's agent asks torch.cuda.is_available() (LaunchConfig's NUMA default) before it forks the ranks
+    # (fuzz.node.torchrun_command): asked through NVML it leaves CUDA uninitialised there, so a forked rank may
+    # initialise it (through the driver, torch refuses CUDA in a child forked after it: "Cannot re-initialize CUDA
+    # in forked subprocess").
+    env[NVML_CHECK_ENV] = "1"
     if topology == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     if topology != "cpu":

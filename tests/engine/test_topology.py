@@ -28,6 +28,8 @@ def test_topology_specific_environment():
 def test_multicast_off_even_if_the_caller_turned_it_on(monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     assert rank_env("multi-gpu")["NCCL_NVLS_ENABLE"] == "0"
+    # torchrun's agent forks the ranks: it must not initialise CUDA first (it asks through NVML)
+    assert all(rank_env(t)["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1" for t in ("cpu", "shared-gpu", "multi-gpu"))
 
 
 def test_gpu_leases_never_overlap(tmp_path):
