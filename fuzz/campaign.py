@@ -28,6 +28,7 @@ import time
 
 from . import config
 from .node import killpg_while_alive
+from .record import COLLECTED
 from .settings import GATE_PROFILES as PROFILES
 from .settings import stored_examples
 from .status import Status
@@ -68,36 +69,36 @@ def _count_cases(out_dir: str) -> tuple[int, int]:
     return done, failed
 
 
-def expected_cases(cmd: list[str], env: dict, root: str) -> int | None:
-    """Cases the run will make, from the collected test ids and the examples per test (an estimate:
-    a failing test stops early, shrinking adds cases)."""
+def expected_cases(out_dir: str, env: dict) -> int | None:
+    """Cases the run will make, from the test ids its pytest session collected (:data:`fuzz.record.COLLECTED`, None
+    until it has) and the examples per test (an estimate: a failing test stops early, shrinking adds cases)."""
     from .settings import WEIGHTS, examples_for
 
-    collect = [a for a in cmd if not a.startswith("--junitxml") and a != "-q"]
-    if "-n" in collect:
-        i = collect.index("-n")
-        del collect[i : i + 2]
-    proc = subprocess.run(collect + ["--collect-only", "-q"], env=env, cwd=root, capture_output=True, text=True)
-    if proc.returncode not in (0, 5):
+    try:
+        with open(os.path.join(out_dir, COLLECTED)) as f:
+            ids = f.read().splitlines()
+    except OSError:
         return None
     profile, override = env.get("HYPOTHESIS_PROFILE", "ci"), env.get(config.BY_NAME["examples"].env)
     total = 0
-    for line in proc.stdout.splitlines():
-        name = line.split("::")[-1].split("[")[0] if "::" in line else ""
+    for test_id in ids:
+        name = test_id.split("::")[-1].split("[")[0]
         if name in WEIGHTS:
             total += examples_for(name, profile, override)
     return total or None
 
 
 def _progress(out_dir: str, stop: threading.Event, t0: float, every: float, expect) -> None:
-    """Prints the progress line every ``every`` s until ``stop``; ``expect()`` (the collect-only estimate of
-    :func:`expected_cases`, a few seconds of imports) runs here, beside the pytest session, not before it."""
-    try:
-        expected = expect()
-    except Exception:  # noqa: BLE001 -- an estimate for the progress line only
-        expected = None
+    """Prints the progress line every ``every`` s until ``stop``; ``expect()``: the estimate of
+    :func:`expected_cases`, asked again until the session has collected its tests."""
+    expected = None
     last = -1
     while not stop.wait(every):
+        if expected is None:
+            try:
+                expected = expect()
+            except Exception:  # noqa: BLE001 -- an estimate for the progress line only
+                expected = None
         done, failed = _count_cases(out_dir)
         if done == last:
             continue
@@ -174,8 +175,10 @@ def main(argv=None) -> int:
                                      dict(env, HYPOTHESIS_PROFILE="replay"), root,
                                      os.path.join(out_dir, "pytest.log"), args.time_limit)
     main_cmd = cmd + [f"--junitxml={os.path.join(out_dir, 'junit.xml')}"]
+    if os.path.exists(os.path.join(out_dir, COLLECTED)):  # the replay's: the estimate is the main session's
+        os.remove(os.path.join(out_dir, COLLECTED))
     stop = threading.Event()
-    estimate = lambda: expected_cases(main_cmd, env, root)  # noqa: E731
+    estimate = lambda: expected_cases(out_dir, env)  # noqa: E731
     ticker = threading.Thread(target=_progress, args=(out_dir, stop, t0, args.progress_every, estimate), daemon=True)
     ticker.start()
     if not interrupted:

@@ -16,6 +16,7 @@ import pytest
 from fuzz.case import PoolSpec
 from fuzz.config import current
 from fuzz.pool import RankPool
+from fuzz.record import record_collected
 from fuzz.topology import (
     GpuLease,
     available_topologies,
@@ -350,6 +351,13 @@ def pytest_runtest_setup(item):
     mark = item.get_closest_marker("xdist_group")
     name = str(mark.args[0]) if mark is not None and mark.args else ""
     _RUNNING_PLACE[0] = int(name.rsplit("-", 1)[1]) if name.startswith(("gpu-", "multi-gpu-")) else None
+
+
+def pytest_collection_finish(session):
+    """The collected test ids go to the report folder (:func:`fuzz.record.record_collected`), for the campaign's
+    estimate of the cases to come."""
+    if session.items:  # (xdist's controller collects nothing: its workers do)
+        record_collected([item.nodeid for item in session.items])
 
 
 def pytest_sessionfinish(session):

@@ -48,3 +48,20 @@ def record(report: CaseReport, test_id: str = "") -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(os.path.join(root, f"cases-{worker}.jsonl"), "a") as f:
         f.write(json.dumps(case_row(report, test_id), allow_nan=True) + "\n")
+
+
+#: The test ids a gate session collected (after -k and deselection), one per line, in its report folder: the
+#: campaign's progress line reads its estimate of the cases to come from it (fuzz.campaign.expected_cases).
+COLLECTED = "collected.txt"
+
+
+def record_collected(test_ids: list[str]) -> None:
+    """Write :data:`COLLECTED` (every xdist worker collects the same tests: whichever writes last, whole)."""
+    root = current().report_dir
+    if not root:
+        return
+    os.makedirs(root, exist_ok=True)
+    tmp = os.path.join(root, f".{COLLECTED}.{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write("".join(t + "\n" for t in test_ids))
+    os.replace(tmp, os.path.join(root, COLLECTED))

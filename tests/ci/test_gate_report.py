@@ -170,6 +170,21 @@ def test_progress_counts_cases_and_failures_from_the_records(tmp_path):
     assert _count_cases(str(tmp_path)) == (4, 2)
 
 
+def test_the_estimate_of_cases_to_come_is_read_from_the_session_s_collected_tests(tmp_path):
+    from fuzz.campaign import expected_cases
+    from fuzz.record import COLLECTED
+    from fuzz.settings import examples_for
+
+    env = {"HYPOTHESIS_PROFILE": "ci"}
+    assert expected_cases(str(tmp_path), env) is None  # not collected yet
+    ids = ["fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W2]", "fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W4]",
+           "fuzz/test_gemm_rs.py::test_bad_call[unfused-cpu-W2]", "tests/other.py::test_not_a_gate_test"]
+    (tmp_path / COLLECTED).write_text("\n".join(ids) + "\n")
+    want = 2 * examples_for("test_compute", "ci") + examples_for("test_bad_call", "ci")
+    assert want > 3 and expected_cases(str(tmp_path), env) == want
+    assert expected_cases(str(tmp_path), dict(env, GEMM_RS_EXAMPLES="5")) == 15
+
+
 def test_default_pools_per_gpu():
     assert [default_pools_per_gpu(c) for c in (1, 2, 8, 16, 128)] == [1, 1, 2, 4, 4]
 
@@ -203,6 +218,10 @@ def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
         assert "(reproducible, re-run failed)" in (out / "summary.md").read_text()
     else:
         assert s["failed_cases"] == 0 and s["timing"][0]["world_size"] == 2
+        # the session wrote the tests it collected; the progress line's estimate came from them
+        collected = (out / "collected.txt").read_text().splitlines()
+        assert "fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W2]" in collected, collected
+        assert "left (of ~" in proc.stdout, proc.stdout[-3000:]
 
 
 @pytest.mark.multiproc
