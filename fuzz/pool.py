@@ -13,8 +13,8 @@ Liveness (CONTRACT.md: nothing hangs):
   report, the pool is killed;
 * a rank dies       -> DIED: its socket closes or torchrun exits; reported with torchrun's account of the
   rank and its exit code and the log tails; the driver never waits on a dead rank;
-* a rank raised     -> the others get :data:`fuzz.verdict.GRACE_S` to report (they may be blocked in a
-  collective with it), then every rank's stacks are taken and the pool is killed;
+* a rank raised, or a check of its failed -> the others get :data:`fuzz.verdict.GRACE_S` to report (they may be
+  blocked in a collective it left), then every rank's stacks are taken and the pool is killed;
 * any case that is not PASSED or SKIPPED kills the pool, so the next case starts on a fresh one (a
   sticky CUDA error or a half-finished collective never leaks into the next example or the shrinking);
 * ``close()`` / interpreter exit kill torchrun and the ranks; ranks also die with torchrun
@@ -329,7 +329,7 @@ class RankPool:
                 sel.register(ch.sock, selectors.EVENT_READ, r)
             waiting = set(self.chans)
             end = time.monotonic() + deadline
-            grace: list = []  # [end of the grace period, the rank that raised] once one rank raised
+            grace: list = []  # [end of the grace period, the rank, why] once a rank's result made it a failure
 
             def take() -> None:
                 for r in sorted(waiting):
@@ -337,8 +337,9 @@ class RankPool:
                     if msg is not None:
                         results[r] = msg
                         waiting.discard(r)
-                        if not grace and verdict.breaks_schedule(msg):
-                            grace.extend((time.monotonic() + verdict.GRACE_S, r))
+                        why = None if grace else verdict.settles_failure(msg)
+                        if why:
+                            grace.extend((time.monotonic() + verdict.GRACE_S, r, why))
 
             while True:
                 take()
@@ -348,7 +349,8 @@ class RankPool:
                 if grace and now >= grace[0]:
                     return results, None, (
                         f"rank(s) {sorted(waiting)} gave no result within {verdict.GRACE_S:g}s after rank {grace[1]} "
-                        f"raised (blocked in a collective with it?); stacks of every rank follow, the pool was killed"
+                        f"{grace[2]} (blocked in a collective with it?); stacks of every rank follow, the pool was "
+                        f"killed"
                     ), set()
                 if now >= end:
                     return results, Status.HANG, (

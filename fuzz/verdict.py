@@ -12,9 +12,10 @@ The driver alone decides; ranks never agree on a verdict among themselves. In or
 6. otherwise                                                 -> PASSED
 
 A rank whose exception (1, or a failed ``call_raised``) broke the collective schedule may leave its
-peers blocked in a collective with it: the pool then waits only :data:`GRACE_S` for the others
-(:func:`breaks_schedule`), collects every rank's stack and kills the pool; rule 1 or 2 still names the
-exception, not a hang.
+peers blocked in a collective with it, and so may a rank whose check failed (it may have skipped a
+collective): once a result settles the case as a failure, the pool waits only :data:`GRACE_S` for the others
+(:func:`settles_failure`), collects every rank's stack and kills the pool; rule 1 or 2 still names the
+exception or the failed check, not a hang.
 """
 
 from __future__ import annotations
@@ -26,8 +27,24 @@ from .status import Reproducibility, Status
 
 #: The per-call check an implementation fails when a valid call raises (its traceback in ``detail``).
 RAISED_CHECK = "call_raised"
-#: Seconds the driver waits for the other ranks once one rank reported an exception.
+#: Seconds the driver waits for the other ranks once one rank's result made the case a failure.
 GRACE_S = 5.0
+
+
+def failed_check(msg: dict) -> str | None:
+    """The name of the first check a rank's result failed (not skipped), if any."""
+    return next((c["name"] for c in msg.get("checks", []) if not c["passed"] and not c["skipped"]), None)
+
+
+def settles_failure(msg: dict) -> str | None:
+    """Why a rank's result already makes its case a failure (rule 1 or 2 whatever the others send): "raised", or
+    "failed <check>". The others then get :data:`GRACE_S` to report: a rank that failed may have left the
+    collective schedule (skipped a collective, e.g. a rank with no rows returning early) and its peers blocked in
+    it -- waiting out the case deadline would only delay the same verdict."""
+    if breaks_schedule(msg):
+        return "raised"
+    name = failed_check(msg)
+    return f"failed {name}" if name else None
 
 
 def breaks_schedule(msg: dict) -> bool:

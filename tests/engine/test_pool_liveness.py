@@ -87,6 +87,27 @@ def test_rank_killed_from_outside_mid_case_is_reported():
         pool.close()
 
 
+def test_a_failed_check_of_a_rank_that_left_its_peer_in_a_collective_is_reported_within_the_grace_period():
+    """The rank with no rows returns early without joining the reduce-scatter (a planted bug) and fails
+    ``path_taken``; its peer blocks in the collective. The case is FAILED by that check within the grace period,
+    with both ranks' stacks (the peer's in the collective), not after the 120 s deadline."""
+    from fuzz.verdict import GRACE_S
+
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:NoValidRowsSkipsCollective", world_size=2))
+    try:
+        pool.start()
+        t0 = time.monotonic()
+        report = pool.run(Case("compute", ms=[1], **SMALL), deadline=120)
+        assert time.monotonic() - t0 < GRACE_S + 20, "the driver waited for the blocked rank"
+        assert report.status == Status.FAILED, report.render()
+        failed = {c["name"] for r, c in report.checks() if r == 1 and not c["passed"] and not c["skipped"]}
+        assert "path_taken" in failed, report.render()
+        assert f"rank(s) [0] gave no result within {GRACE_S:g}s after rank 1 failed " in report.note, report.note
+        assert set(report.stacks) == {0, 1} and "reduce_scatter" in report.stacks[0], report.stacks
+    finally:
+        pool.close()
+
+
 def test_a_rank_exception_that_blocks_its_peer_is_reported_quickly_as_that_exception():
     """Rank 0 raises before the reduce-scatter rank 1 is blocked in: the driver reports rank 0's exception
     (type, message, traceback, before anything else) within the grace period, with both ranks' stacks

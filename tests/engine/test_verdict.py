@@ -10,7 +10,7 @@ import pytest
 from fuzz.case import Case, PoolSpec
 from fuzz.report import CaseReport
 from fuzz.status import Reproducibility, Status
-from fuzz.verdict import RAISED_CHECK, breaks_schedule, confirm, judge
+from fuzz.verdict import RAISED_CHECK, breaks_schedule, confirm, judge, settles_failure
 
 
 def _check(name="within_tolerance", passed=True, skipped=False, detail="", **extra):
@@ -53,6 +53,15 @@ def test_an_exception_escaping_run_case_is_a_harness_error_whatever_else_failed(
     status, why = judge({0: _msg(_check(passed=False)), 1: _msg(error=TRACEBACK)}, 2, Status.HANG)
     assert status == Status.ERROR and "rank(s) [1]" in why
     assert breaks_schedule(_msg(error=TRACEBACK))
+
+
+def test_a_result_that_already_fails_the_case_starts_the_others_grace_period():
+    assert settles_failure(_msg(error=TRACEBACK)) == "raised"
+    assert settles_failure(_msg(_check(RAISED_CHECK, passed=False, detail=TRACEBACK))) == "raised"
+    assert settles_failure(_msg(_check(), _check("padded_rows_untouched", passed=False))) == \
+        "failed padded_rows_untouched"
+    assert settles_failure(OK) is None
+    assert settles_failure(_msg(_check("bitwise_equal", passed=False, skipped=True))) is None  # skipped: no verdict
 
 
 def test_the_watchdog_decides_when_nothing_that_arrived_failed():
