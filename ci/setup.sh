@@ -10,7 +10,8 @@
 # Sourcing it changes no shell option of the caller (no `set -e`, `-u` or `pipefail` left behind): the
 # work is one function whose every step checks its own status; it returns non-zero on failure.
 
-# Bytecode for `python -O`, how the gate and its ranks run: pip writes only the plain .pyc, so where
+# Bytecode for `python -O` (the system python's packages here; the .venv's: _gemm_rs_warm_bytecode), how the gate
+# and its ranks run: pip writes only the plain .pyc, so where
 # PYTHONDONTWRITEBYTECODE is set (or the packages are read-only) every -O process compiled torch and the rest
 # from source again -- 1.2-1.3 s more per process on this project's CI machine: a CPU rank pool of W = 2 started in
 # 5.3 s, 2.4 s with the .opt-1.pyc written here; one mutant of the kill matrix 11.0 s -> 6.4 s. Best effort, never
@@ -31,6 +32,26 @@ print("\n".join(d for d in dict.fromkeys(found) if os.access(d, os.W_OK)))' "${@
   # shellcheck disable=SC2086 -- one folder per line
   (IFS=$'\n'; "$py" -O -m compileall -q -j 0 $dirs >/dev/null 2>&1)
   touch "$stamp" 2>/dev/null
+  return 0
+}
+
+# The project's .venv: the -O bytecode of what -O processes import (the gate's pytest and xdist workers, torchrun's
+# agent that forks the ranks, campaigns, kill sessions), written by importing it once with bytecode writing on --
+# about 1100 modules, where compiling every file of the environment (9000, sympy and pip included) took 33 s of
+# the CI machine's set-up -- and of this repository's packages. Best effort, never a failure.
+_gemm_rs_warm_bytecode() {
+  local py=$1 root=$2
+  (cd "$root" && PYTHONDONTWRITEBYTECODE= "$py" -O -c '
+import importlib
+for name in ("torch", "torch.distributed.run", "numpy", "pytest", "xdist", "xdist.remote", "execnet", "hypothesis",
+             "matplotlib.pyplot"):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+' >/dev/null 2>&1)
+  "$py" -O -m compileall -q "$root/fuzz" "$root/kernel" "$root/oracle" "$root/properties" "$root/mutants" \
+    >/dev/null 2>&1
   return 0
 }
 
@@ -55,7 +76,7 @@ _gemm_rs_setup() {
   else
     venv="$root/.venv"
     stamp="$venv/.gemm-rs-installed"
-    want=$(sha256sum < "$root/pyproject.toml" | cut -c1-16)+O || return 1  # +O: -O bytecode written too
+    want=$(sha256sum < "$root/pyproject.toml" | cut -c1-16)+O2 || return 1  # +O2: -O bytecode of what -O imports
     if [ ! -x "$venv/bin/python" ]; then
       echo "[setup] creating $venv" >&2
       "${PYTHON:-python3}" -m venv "$venv" || return 1
@@ -70,7 +91,7 @@ _gemm_rs_setup() {
         echo "[setup] install failed; full log: $log" >&2
         return 1
       }
-      _gemm_rs_bytecode "$venv/bin/python"
+      _gemm_rs_warm_bytecode "$venv/bin/python" "$root"
       echo "$want" > "$stamp"
     fi
     GEMM_RS_PY="$venv/bin/python"
