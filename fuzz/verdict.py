@@ -37,10 +37,11 @@ def failed_check(msg: dict) -> str | None:
 
 
 def settles_failure(msg: dict) -> str | None:
-    """Why a rank's result already makes its case a failure (rule 1 or 2 whatever the others send): "raised", or
-    "failed <check>". The others then get :data:`GRACE_S` to report: a rank that failed may have left the
-    collective schedule (skipped a collective, e.g. a rank with no rows returning early) and its peers blocked in
-    it -- waiting out the case deadline would only delay the same verdict."""
+    """Why a rank's result already makes its case a failure: "raised", or "failed <check>" (rule 1 or 2 stays the
+    verdict whatever else arrives; an exception of another rank within the grace period makes it ERROR). The others
+    then get :data:`GRACE_S` to report: a rank that failed may have left the collective schedule (skipped a
+    collective, e.g. a rank with no rows returning early) and its peers blocked in it -- waiting out the case
+    deadline would only delay the verdict."""
     if breaks_schedule(msg):
         return "raised"
     name = failed_check(msg)
