@@ -31,11 +31,6 @@ RAISED_CHECK = "call_raised"
 GRACE_S = 5.0
 
 
-def failed_check(msg: dict) -> str | None:
-    """The name of the first check a rank's result failed (not skipped), if any."""
-    return next((c["name"] for c in msg.get("checks", []) if not c["passed"] and not c["skipped"]), None)
-
-
 def settles_failure(msg: dict) -> str | None:
     """Why a rank's result already makes its case a failure: "raised", or "failed <check>" (rule 1 or 2 stays the
     verdict whatever else arrives; an exception of another rank within the grace period makes it ERROR). The others
@@ -44,7 +39,7 @@ def settles_failure(msg: dict) -> str | None:
     deadline would only delay the verdict."""
     if breaks_schedule(msg):
         return "raised"
-    name = failed_check(msg)
+    name = next((c["name"] for c in msg.get("checks", []) if not c["passed"] and not c["skipped"]), None)
     return f"failed {name}" if name else None
 
 
