@@ -87,6 +87,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("profile_ranks", None, "a folder: rank 0 of every pool writes cProfile statistics of its cases there "
             "(first case alone, then all the others; `python -m pstats`): where a case's time goes", "folder",
             flag=False),
+    Setting("warm_agents", "1", "a pool's torchrun agent is a spare started ahead, with torch imported "
+            "(fuzz/warm_agent.py: 1-2.5 s less per GPU pool start); 0: a new process each time", "0|1", flag=False),
     Setting("system_python", "0", "ci/setup.sh uses the python3 on PATH instead of a .venv (GPU hosts without "
             "network)", "0|1", flag=False),
 )

@@ -15,12 +15,13 @@ import pytest
 
 from fuzz.case import PoolSpec
 from fuzz.config import current
-from fuzz.pool import RankPool
+from fuzz.pool import RankPool, prepare_agent
 from fuzz.record import record_collected
 from fuzz.topology import (
     GpuLease,
     available_topologies,
     gpu_count,
+    gpu_count_hint,
     lease_gpus,
     lease_ranks,
     pools_per_gpu,
@@ -64,6 +65,9 @@ def pytest_configure(config):
     if nnodes() > 1 and getattr(config.option, "numprocesses", None) not in (None, 0):
         raise pytest.UsageError("a rank pool across nodes listens on one control port (--control-address): run "
                                 "the gate with -n 0 (ci/gate does so by itself with --nnodes)")
+    runs_tests = hasattr(config, "workerinput") or getattr(config.option, "numprocesses", None) in (None, 0)
+    if runs_tests and nnodes() == 1 and not config.option.collectonly:
+        prepare_agent(sys.flags.optimize)  # the first pool's torchrun agent imports torch while we collect
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -79,10 +83,11 @@ def pytest_xdist_auto_num_workers(config):
     if not paths or any(os.path.commonpath([here, p]) != here for p in paths):
         return None
     cfg = current()
-    topologies = cfg.csv("topology") or available_topologies()
+    gpus_here = gpu_count_hint()  # (no `import torch` in the controller for this)
+    topologies = cfg.csv("topology") or available_topologies(gpus_here)
     if "cpu" in topologies or nnodes(cfg) > 1:
         return None
-    gpus = max(1, gpu_count())
+    gpus = max(1, gpus_here)
     places = (gpus * pools_per_gpu() if "shared-gpu" in topologies else 0) + (
         multi_gpu_places(gpus) if "multi-gpu" in topologies else 0)
     return max(1, min(places, os.cpu_count() or 1))

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from . import native_stacks
+from . import native_stacks, warm_agent
 from .config import STACK_SIGNAL
 
 #: Seconds ranks get to write their stacks after the stack signal (fuzz.config.STACK_SIGNAL).
@@ -88,8 +88,10 @@ class LocalNode:
     """torchrun and its ranks on this host, for one pool (``index``: the node's number in the pool, 0 on the
     driver's host). Files in ``logdir``: torchrun.log, rank<r>.log, rank<r>.stacks."""
 
-    def __init__(self, index: int, logdir: str, *, sanitizer: bool = False, native_stacks: bool = False):
+    def __init__(self, index: int, logdir: str, *, sanitizer: bool = False, native_stacks: bool = False,
+                 warm: bool = False):
         self.index, self.logdir, self.sanitizer = index, logdir, sanitizer
+        self.warm = warm  # torchrun agents from fuzz.warm_agent's spares where one matches
         self.native_stacks = native_stacks  # also dump native stacks (fuzz.native_stacks) of the asked ranks
         self.proc: subprocess.Popen | None = None
         self.procs: dict[int, RankProcess] = {}
@@ -102,8 +104,12 @@ class LocalNode:
         for f in os.listdir(self.logdir):
             os.unlink(os.path.join(self.logdir, f))
         self._log = open(os.path.join(self.logdir, "torchrun.log"), "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+        self.proc = warm_agent.launch(cmd, env, cwd, self._log) if self.warm else None
+        if self.proc is None:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+        if self.warm and cmd[:3] == [sys.executable, "-m", warm_agent.TORCHRUN_MODULE]:
+            warm_agent.spawn(env, cwd)  # the next pool's agent (fuzz/warm_agent.py)
 
     def exited(self) -> bool:
         """torchrun is not running (never started, or exited)."""

@@ -42,7 +42,7 @@ import tempfile
 import time
 import uuid
 
-from . import native_stacks, verdict
+from . import native_stacks, verdict, warm_agent
 from .case import Case, PoolSpec
 from .channel import Channel, ChannelClosed
 from .config import DRIVER_ENV, DRIVER_PID_ENV, IMPL_ENV, LOGDIR_ENV, NODE_ENV, current
@@ -67,6 +67,41 @@ HISTORY_CASES = 32
 AGENT_REPLY_S = 20.0
 
 
+def rank_process_env(spec: PoolSpec, gpus: list[int] | None, extra_env: dict[str, str],
+                     driver: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What the environment of a pool's ranks (and its torchrun agent) adds to this host's, and what it drops."""
+    add = rank_env(spec.topology, gpus)
+    add.update(extra_env)
+    add.update({DRIVER_ENV: driver, IMPL_ENV: spec.impl, "OMP_NUM_THREADS": RANK_THREADS, "PYTHONUNBUFFERED": "1"})
+    if spec.optimize:
+        add["PYTHONOPTIMIZE"] = str(spec.optimize)
+        return add, ()
+    return add, ("PYTHONOPTIMIZE",)
+
+
+def agent_env(add: dict[str, str], unset: tuple[str, ...]) -> dict[str, str]:
+    """This host's environment less ``unset``, plus ``add``, with the repository first on ``PYTHONPATH``: a local
+    torchrun agent's."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(add)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def warm_agents_wanted() -> bool:
+    """Pools start their agents from spares (``GEMM_RS_WARM_AGENTS``, default on: fuzz/warm_agent.py)."""
+    return current().warm_agents != "0"
+
+
+def prepare_agent(optimize: int) -> None:
+    """Start a spare torchrun agent now for the first pool this process will start with ranks at ``optimize``
+    (fuzz/warm_agent.py): it imports torch while this process does other things (an xdist worker collecting)."""
+    if not warm_agents_wanted():
+        return
+    spec = PoolSpec(impl="unfused", topology="cpu", world_size=1, optimize=optimize)
+    warm_agent.spawn(agent_env(*rank_process_env(spec, None, {}, "")), _REPO)
+
+
 class RankPool:
     def __init__(self, spec: PoolSpec, *, gpus: list[int] | None = None, logdir: str | None = None,
                  extra_env: dict[str, str] | None = None, network: PoolNetwork | None = None):
@@ -76,7 +111,8 @@ class RankPool:
         self.network = network or PoolNetwork.from_config()
         self.logdir = logdir or tempfile.mkdtemp(prefix=f"gemm-rs-pool-W{spec.world_size}-")
         self.native_stacks = native_stacks.wanted(current().native_stacks, spec.topology)
-        self.local = LocalNode(0, self.logdir, sanitizer=bool(spec.sanitizer), native_stacks=self.native_stacks)
+        self.local = LocalNode(0, self.logdir, sanitizer=bool(spec.sanitizer), native_stacks=self.native_stacks,
+                               warm=spec.nnodes == 1 and warm_agents_wanted())
         self.agents: list[RemoteNode] = []  # the other hosts' node agents (nnodes - 1 of them)
         self.chans: dict[int, Channel] = {}
         self.hello: dict[int, dict] = {}
@@ -142,10 +178,8 @@ class RankPool:
             nproc, rdzv, run_id = world // nnodes, None, None
             if nnodes > 1:
                 rdzv, run_id = self.network.rendezvous(), f"gemm-rs-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            env = {k: v for k, v in os.environ.items() if k not in unset}
-            env.update(add)
+            env = agent_env(add, unset)
             env.update({LOGDIR_ENV: self.logdir, DRIVER_PID_ENV: str(os.getpid()), NODE_ENV: "0"})
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH", "")) if p)
             cmd = torchrun_command(sanitizer=self.spec.sanitizer, logdir=self.logdir, nproc=nproc, nnodes=nnodes,
                                    rdzv_endpoint=rdzv, run_id=run_id, hosts_rdzv=True)
             self.local.launch(cmd, env, _REPO)
@@ -228,14 +262,7 @@ class RankPool:
 
     def _rank_env(self, driver: str) -> tuple[dict[str, str], tuple[str, ...]]:
         """What every rank's environment adds to its host's, and what it drops."""
-        add = rank_env(self.spec.topology, self.gpus)
-        add.update(self.extra_env)
-        add.update({DRIVER_ENV: driver, IMPL_ENV: self.spec.impl, "OMP_NUM_THREADS": RANK_THREADS,
-                    "PYTHONUNBUFFERED": "1"})
-        if self.spec.optimize:
-            add["PYTHONOPTIMIZE"] = str(self.spec.optimize)
-            return add, ()
-        return add, ("PYTHONOPTIMIZE",)
+        return rank_process_env(self.spec, self.gpus, self.extra_env, driver)
 
     def close(self, grace_s: float = 10.0) -> None:
         """Stop politely (ranks exit their loop, ``grace_s`` to do it), then make sure nothing is left on

@@ -41,8 +41,41 @@ def gpu_count() -> int:
         return 0
 
 
-def available_topologies() -> list[str]:
-    n = gpu_count()
+def gpu_count_hint() -> int:
+    """GPUs on this host for a decision that only sizes work (how many xdist workers to start): NVML's count
+    when torch is not imported yet and ``CUDA_VISIBLE_DEVICES`` does not narrow it, else :func:`gpu_count`.
+    pytest's xdist controller asks it before starting its workers; ``import torch`` for the same answer took
+    2.2 s there on an H200 host, all of it before the first worker started. A host where NVML sees a GPU torch
+    cannot use gets more workers than it needs, never a different gate (the workers ask :func:`gpu_count`)."""
+    import sys
+
+    if "torch" not in sys.modules and os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        n = _nvml_device_count()
+        if n is not None:
+            return n
+    return gpu_count()
+
+
+def _nvml_device_count() -> int | None:
+    """``nvmlDeviceGetCount`` through the driver's libnvidia-ml (no CUDA context), None without it."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if lib.nvmlInit_v2() != 0:
+        return None
+    try:
+        count = ctypes.c_uint(0)
+        return int(count.value) if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else None
+    finally:
+        lib.nvmlShutdown()
+
+
+def available_topologies(count: int | None = None) -> list[str]:
+    """The topologies a host with ``count`` GPUs (default :func:`gpu_count`) offers."""
+    n = gpu_count() if count is None else count
     out = ["cpu"]
     if n >= 1:
         out.append("shared-gpu")
@@ -218,7 +251,9 @@ def lease_ranks(gpu: int, count: int, *, budget: int, lock_dir: str | None = Non
 
     need = max(1, min(count, budget))
     deadline = time.monotonic() + wait_s
-    queue = _first_free([gpu], wait_s, lambda g: _lock(lock_dir, f"gpu{g}.rank-queue.lock"))
+    # the queue lock is held for a moment by each leaser in turn (the pools of a campaign's workers start
+    # together): polled often, or each worker after the first waited a whole second more to start its pool
+    queue = _first_free([gpu], wait_s, lambda g: _lock(lock_dir, f"gpu{g}.rank-queue.lock"), poll_s=QUEUE_POLL_S)
     if queue is None:
         return None
     held: dict[int, object] = {}
@@ -241,6 +276,10 @@ def lease_ranks(gpu: int, count: int, *, budget: int, lock_dir: str | None = Non
         GpuLease([], list(held.values()) + [queue]).release()
 
 
+#: Seconds between a leaser's tries for a GPU's rank-queue lock (:func:`lease_ranks`).
+QUEUE_POLL_S = 0.02
+
+
 def default_lock_dir() -> str:
     """Where GPU leases live: ``GEMM_RS_GPU_LOCK_DIR``, else one folder per host in the temp dir (runs that
     should not see each other's leases, e.g. two campaigns deliberately sharing a GPU, set it apart)."""
@@ -260,9 +299,9 @@ def _lock(lock_dir: str | None, name: str):
     return f
 
 
-def _first_free(places: list[int], wait_s: float, take):
-    """``take(v)`` for each place in turn, again every second until one gives a lease (or a lock) or ``wait_s``
-    is over; None then."""
+def _first_free(places: list[int], wait_s: float, take, poll_s: float = 1.0):
+    """``take(v)`` for each place in turn, again every ``poll_s`` seconds until one gives a lease (or a lock) or
+    ``wait_s`` is over; None then."""
     import time
 
     deadline = time.monotonic() + wait_s
@@ -273,7 +312,7 @@ def _first_free(places: list[int], wait_s: float, take):
                 return lease
         if time.monotonic() >= deadline:
             return None
-        time.sleep(1.0)
+        time.sleep(poll_s)
 
 
 def _lock_all(lock_dir: str | None, gpus: list[int], names: list[str]) -> GpuLease | None:

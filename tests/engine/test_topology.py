@@ -130,7 +130,7 @@ def test_a_gpu_only_implementation_asked_for_on_a_cpu_host_is_a_failing_entry_no
         ("fused", fc.UNRUNNABLE, 0), ("unfused", "cpu", 2)]
     with pytest.raises(pytest.fail.Exception, match="--impl fused cannot be gated here: the fused CuTe DSL kernel"):
         fc.get_pool("fused", fc.UNRUNNABLE, 0)
-    monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu", "shared-gpu"])
+    monkeypatch.setattr(fc, "available_topologies", lambda count=None: ["cpu", "shared-gpu"])
     assert fc.gate_matrix(Cfg(**{"--impl": "torch-async-tp", "--topology": "cpu"})) == [
         ("torch-async-tp", fc.UNRUNNABLE, 0)]
     assert ("fused", "shared-gpu", 2) in fc.gate_matrix(Cfg(**{"--impl": "fused"}))
@@ -396,7 +396,8 @@ def test_auto_workers_are_the_gpu_places_when_only_gpu_topologies_are_gated(monk
     import fuzz.conftest as fc
     from fuzz import config as config_mod
 
-    monkeypatch.setattr(fc, "gpu_count", lambda: 2)
+    monkeypatch.setattr(fc, "gpu_count_hint", lambda: 2)
+    monkeypatch.setattr(fc, "gpu_count", lambda: pytest.fail("the controller asked torch for the GPU count"))
     monkeypatch.setattr(fc, "pools_per_gpu", lambda: 4)
     monkeypatch.setattr(fc, "multi_gpu_places", lambda gpus: 4)
     monkeypatch.setattr(fc.os, "cpu_count", lambda: 32)
@@ -414,7 +415,7 @@ def test_auto_workers_are_the_gpu_places_when_only_gpu_topologies_are_gated(monk
     assert workers(**{"--topology": "multi-gpu"}) == 4
     assert workers(**{"--topology": "cpu,shared-gpu"}) is None
     assert workers(**{"--topology": "multi-gpu", "--nnodes": "2"}) is None
-    monkeypatch.setattr(fc, "available_topologies", lambda: ["cpu", "shared-gpu"])
+    monkeypatch.setattr(fc, "available_topologies", lambda count=None: ["cpu", "shared-gpu"])
     assert workers() is None  # the default on a GPU host gates cpu too
     monkeypatch.setattr(fc.os, "cpu_count", lambda: 6)
     assert workers(**{"--topology": "shared-gpu,multi-gpu"}) == 6  # never more than the cores
@@ -422,3 +423,54 @@ def test_auto_workers_are_the_gpu_places_when_only_gpu_topologies_are_gated(monk
     assert workers(whole, **{"--topology": "shared-gpu"}) is None  # ci/test's session: its CPU tests spread
     inside = SimpleNamespace(args=[here], invocation_params=SimpleNamespace(dir="/"))
     assert workers(inside, **{"--topology": "shared-gpu"}) == 6
+
+
+def test_the_gpu_count_hint_asks_nvml_only_where_torch_would_say_the_same(monkeypatch):
+    """The xdist controller sizes its workers from NVML's count (no ``import torch``: 2.2 s there on an H200
+    host); where torch is loaded already, or ``CUDA_VISIBLE_DEVICES`` narrows what torch sees, or NVML is
+    missing, it asks torch."""
+    import sys
+
+    from fuzz import topology
+
+    monkeypatch.setattr(topology, "_nvml_device_count", lambda: 3)
+    monkeypatch.setattr(topology, "gpu_count", lambda: 7)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert topology.gpu_count_hint() == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert topology.gpu_count_hint() == 7
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setitem(sys.modules, "torch", object())
+    assert topology.gpu_count_hint() == 7
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.setattr(topology, "_nvml_device_count", lambda: None)
+    assert topology.gpu_count_hint() == 7
+
+
+def test_pools_starting_together_take_their_rank_tokens_one_after_the_other_at_once(tmp_path):
+    """A GPU's queue lock is held for a moment by each leaser in turn: the next one gets it within a poll of
+    :data:`fuzz.topology.QUEUE_POLL_S`, not a second later (the workers of a campaign start their pools
+    together; each waited a whole second more than the one before)."""
+    import threading
+    import time
+
+    from fuzz.topology import QUEUE_POLL_S, _lock, lease_ranks
+
+    d = str(tmp_path)
+    queue = _lock(d, "gpu0.rank-queue.lock")
+    got = {}
+
+    def lease():
+        got["lease"] = lease_ranks(0, 4, budget=16, lock_dir=d, wait_s=30)
+        got["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=lease)
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive()  # waiting for the queue
+    released = time.monotonic()
+    queue.close()  # (closing the file drops its lock)
+    waiter.join(timeout=10)
+    assert got["lease"] is not None and got["at"] - released < 0.25, got["at"] - released
+    assert QUEUE_POLL_S <= 0.05
