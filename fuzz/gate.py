@@ -17,6 +17,13 @@ killed and the next example starts a fresh one, nothing more). Hypothesis always
 once more (``is_final``) before reporting it; that replay *is* the re-run — on a fresh pool, judged against the
 failure remembered from the search — so confirming costs no extra case, only the fresh pool. Outside Hypothesis (a
 plain call) the re-run follows the failure at once.
+
+A case that failed only because the host cannot build the implementation's main path (every failed check is
+``main_path_available``: no cutlass, no GPU the path needs) is a fact of the host, not of the example: the test fails
+with the reason, and every later example (Hypothesis's search and shrinking, its final replay) and every later test on
+a pool of the same spec fails at once with it, without running a case or starting a pool (:class:`HostCannotBuild`):
+each would fail the same way (a gate on a GPU host whose ranks could not import the CuTe DSL spent 8 minutes
+failing 486 such cases, a fresh pool after each, before this: 18th session).
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ _SEARCH_FAILURES: dict[tuple, CaseReport] = {}
 #: off: a kill needs the first failure, not its confirmation; the final replay then reports that failure
 #: as it was found (unlabelled) instead of starting one more pool per mutant.
 CONFIRM_FAILURES = True
+#: pool spec key -> the report of the case that showed this host cannot build that implementation's main path
+_UNBUILDABLE: dict[tuple, CaseReport] = {}
+HOST_CHECK = "main_path_available"
 
 
 def hypothesis_phase() -> str:
@@ -85,10 +95,42 @@ def run_confirmed(pool: RankPool, case: Case, deadline: float | None = None,
     return confirm(report, pool.run(case, deadline=deadline, fresh=True, replay=report.history)), True
 
 
+def unbuildable(report: CaseReport) -> bool:
+    """The case failed only because the host cannot build the main path: a plain FAILED (no hang, death or
+    exception), every failed check on every rank ``main_path_available``."""
+    failed = report.failed_checks()
+    return (report.status == Status.FAILED and not report.errors() and bool(failed)
+            and all(c.get("name") == HOST_CHECK for c in failed))
+
+
+class HostCannotBuild(FuzzFailure):
+    """The host cannot build the implementation's main path (:func:`unbuildable`): the first case that showed it,
+    and every later example or test on a pool of the same spec, which fails with it without running a case."""
+
+    def __init__(self, report: CaseReport, first: bool):
+        AssertionError.__init__(self, (
+            f"the main path of {report.spec.impl!r} cannot be built on this host"
+            f"{'' if first else f' (shown by an earlier {report.case.family} case on this pool spec, REPRO below)'}:"
+            f" every case of {report.spec.impl!r} on {report.spec.topology} W={report.spec.world_size} here fails "
+            f"the same way, so none after it runs (a fact of the host, not of the example)\n{report.render()}"))
+        self.report = report
+
+
+def _fail_unbuildable(report: CaseReport, first: bool) -> None:
+    raise HostCannotBuild(report, first)  # one raise site: Hypothesis sees one failure, however it was reached
+
+
 def check_case(pool: RankPool, case: Case, deadline: float | None = None) -> None:
+    known = _UNBUILDABLE.get(pool.spec.key())
+    if known is not None:
+        _fail_unbuildable(known, first=False)
     report, new = run_confirmed(pool, case, deadline, hypothesis_phase())
     if new:
         record(report, os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0])
+    if unbuildable(report):
+        _SEARCH_FAILURES.pop((pool.spec.key(), case.to_json()), None)
+        _UNBUILDABLE[pool.spec.key()] = report
+        _fail_unbuildable(report, first=True)  # the examples Hypothesis tries after it fail without a case
     if report.status == Status.SKIPPED:
         if any(c.get("extra", {}).get("per_example") for c in report.skipped_checks()):
             from hypothesis import reject

@@ -98,3 +98,16 @@ class WrongAfterThreeInstances(UnfusedGemmRs):
         if M == TRIGGER_M and type(self).built >= 3:
             y.mul_(2)
         return y
+
+
+class NoMainPathOnThisHost(UnfusedGemmRs):
+    """Its main path ("fast") cannot be built on any host (as the fused kernel where the CuTe DSL is not
+    importable): every case fails ``main_path_available`` with the reason, whatever the example."""
+
+    name = "planted-no-main-path"
+    main_path = "fast"
+
+    def main_path_support(self):
+        from kernel.interface import Eligibility
+
+        return Eligibility(False, "libfast is not importable (planted)")
