@@ -34,6 +34,7 @@ from .case import Case, PoolSpec
 from .pool import RankPool
 from .status import Status
 from .strategies import FAMILY_STRATEGIES
+from .verdict import unbuildable
 
 
 def sample_cases(family: str, world_size: int, topology: str, n: int) -> list[Case]:
@@ -128,6 +129,7 @@ def main(argv=None) -> int:
     for w in [int(x) for x in cfg.csv("world_sizes") or ["2"]]:
         cases = sample_cases(args.family, w, topology, n)
         results: dict[str, list] = {}
+        cannot: dict[str, object] = {}  # impl -> the report of the case that showed the host cannot build it
         for impl in impls:
             pool = RankPool(PoolSpec(impl=impl, topology=topology, world_size=w, optimize=sys.flags.optimize,
                                      nnodes=cfg.integer("nnodes") or 1))
@@ -137,13 +139,19 @@ def main(argv=None) -> int:
                     results[impl].append(pool.run(c))
                     print(f"[differential] W={w} {impl}: case {i + 1}/{len(cases)} {results[impl][-1].status.value}",
                           flush=True)
+                    if unbuildable(results[impl][-1]):  # every other case would fail the same way (fuzz/gate.py)
+                        cannot[impl] = results.pop(impl)[-1]
+                        break
             finally:
                 pool.close()
         summary = compare(results)
         print(f"{len(cases)} {args.family} cases, W={w}, topology {topology}")
         print(render(summary))
+        for impl, report in cannot.items():
+            print(f"CANNOT BUILD {impl}: its main path cannot be built on this host, no case of it can pass here and "
+                  f"none was compared (the first case's report below)\n{report.render()}")
         failed = any(v for i, s in summary["statuses"].items() for k, v in s.items() if not Status(k).ok)
-        ok = ok and not summary["disagreements"] and not failed
+        ok = ok and not summary["disagreements"] and not failed and not cannot
     print(f"verdict: {'PASSED' if ok else 'FAILED'}")
     return 0 if ok else 1
 

@@ -37,7 +37,7 @@ from .pool import RankPool
 from .record import record
 from .report import CaseReport
 from .status import Status
-from .verdict import confirm
+from .verdict import confirm, unbuildable
 
 
 class FuzzFailure(AssertionError):
@@ -57,7 +57,6 @@ _SEARCH_FAILURES: dict[tuple, CaseReport] = {}
 CONFIRM_FAILURES = True
 #: pool spec key -> the report of the case that showed this host cannot build that implementation's main path
 _UNBUILDABLE: dict[tuple, CaseReport] = {}
-HOST_CHECK = "main_path_available"
 
 
 def hypothesis_phase() -> str:
@@ -93,14 +92,6 @@ def run_confirmed(pool: RankPool, case: Case, deadline: float | None = None,
     if not CONFIRM_FAILURES:
         return report, True
     return confirm(report, pool.run(case, deadline=deadline, fresh=True, replay=report.history)), True
-
-
-def unbuildable(report: CaseReport) -> bool:
-    """The case failed only because the host cannot build the main path: a plain FAILED (no hang, death or
-    exception), every failed check on every rank ``main_path_available``."""
-    failed = report.failed_checks()
-    return (report.status == Status.FAILED and not report.errors() and bool(failed)
-            and all(c.get("name") == HOST_CHECK for c in failed))
 
 
 class HostCannotBuild(FuzzFailure):

@@ -27,8 +27,19 @@ from .status import Reproducibility, Status
 
 #: The per-call check an implementation fails when a valid call raises (its traceback in ``detail``).
 RAISED_CHECK = "call_raised"
+#: The check every case of an implementation fails where the host cannot build its main path (properties/path.py).
+HOST_CHECK = "main_path_available"
 #: Seconds the driver waits for the other ranks once one rank's result made the case a failure.
 GRACE_S = 5.0
+
+
+def unbuildable(report: CaseReport) -> bool:
+    """The case failed only because the host cannot build the implementation's main path: a plain FAILED (no hang,
+    death or exception), every failed check on every rank :data:`HOST_CHECK`. A fact of the host, not of the case:
+    every other case of that implementation on that pool spec fails the same way (fuzz/gate.py stops there)."""
+    failed = report.failed_checks()
+    return (report.status == Status.FAILED and not report.errors() and bool(failed)
+            and all(c.get("name") == HOST_CHECK for c in failed))
 
 
 def settles_failure(msg: dict) -> str | None:

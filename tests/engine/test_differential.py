@@ -49,3 +49,22 @@ def test_cases_are_the_same_on_every_run():
     a = sample_cases("compute", 2, "cpu", 5)
     b = sample_cases("compute", 2, "cpu", 5)
     assert [c.to_json() for c in a] == [c.to_json() for c in b] and len(a) == 5
+
+
+def test_an_implementation_the_host_cannot_build_fails_the_run_after_one_case(capsys, monkeypatch):
+    import fuzz.differential
+
+    ran: dict[str, int] = {}
+    real = RankPool.run
+
+    def counting(self, case, **kw):
+        ran[self.spec.impl] = ran.get(self.spec.impl, 0) + 1
+        return real(self, case, **kw)
+
+    monkeypatch.setattr(RankPool, "run", counting)
+    planted = "tests.engine.planted_impls:NoMainPathOnThisHost"
+    rc = fuzz.differential.main(["--impl", f"unfused,{planted}", "--world-sizes", "2", "--cases", "3"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "verdict: FAILED" in out
+    assert ran == {"unfused": 3, planted: 1}  # one case showed it; none of the others ran
+    assert f"CANNOT BUILD {planted}" in out and "libfast is not importable (planted)" in out and "REPRO: python" in out

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 import fuzz.gate
 from fuzz.case import Case, PoolSpec
-from fuzz.gate import FuzzFailure, HostCannotBuild, check_case, unbuildable
+from fuzz.gate import FuzzFailure, HostCannotBuild, check_case
 from fuzz.pool import RankPool
 from fuzz.report import CaseReport
 from fuzz.status import Status
+from fuzz.verdict import unbuildable
 
 pytestmark = pytest.mark.multiproc
 
