@@ -45,6 +45,7 @@ from .case import Case, PoolSpec
 from .node import sanitizer_command
 from .pool import RankPool
 from .race_canary import CANARY
+from .verdict import unbuildable
 
 SMALL = dict(N=512, K=256, max_M=1024)
 
@@ -222,6 +223,9 @@ def run_pool(spec: PoolSpec, todo: list[Case], deadline: float, time_limit: floa
             print(f"{report.status:>8}  {case.short()}", flush=True)
             if not report.status.ok:
                 print(report.render())
+                if unbuildable(report):  # every other case would fail the same way (fuzz/gate.py)
+                    print(f"CANNOT BUILD {spec.impl}: its main path cannot be built on this host; no other case runs")
+                    break
     finally:
         pool.close(grace_s=close_grace)  # sanitizers write their summaries at exit: give them time
     library: list[str] = []

@@ -209,6 +209,42 @@ def test_sanitizer_time_limit_never_reads_clean(monkeypatch, capsys):
     assert "(unfused, shared-gpu, W=2)" in out
 
 
+def test_a_host_that_cannot_build_the_main_path_is_not_clean_after_one_case(monkeypatch, capsys):
+    """The first case failing only ``main_path_available`` ends the pool's run: NOT CLEAN, the reason, no more cases."""
+    import shutil
+
+    from fuzz import sanitize
+    from fuzz.report import CaseReport
+    from fuzz.status import Status
+
+    check = {"name": "main_path_available", "passed": False, "skipped": False, "extra": {}, "rank": 0,
+             "detail": "the main path 'fused' cannot be built on this host: planted"}
+    ran = []
+
+    class FakePool:
+        logdir = "/nonexistent"
+
+        def __init__(self, spec):
+            self.spec = spec
+
+        def run(self, case, deadline=None):
+            ran.append(case)
+            return CaseReport(case=case, spec=self.spec, status=Status.FAILED,
+                              ranks={0: {"checks": [check]}, 1: {"checks": [check]}})
+
+        def close(self, grace_s=None):
+            pass
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(sanitize, "RankPool", FakePool)
+    clean = dict.fromkeys(("sanitizer-1.log", "sanitizer-2.log"), 0)
+    monkeypatch.setattr(sanitize, "summaries", lambda logdir, library=None: clean)
+    rc = sanitize.main(["--impl", "unfused", "--world-sizes", "2"])
+    out = capsys.readouterr().out
+    assert rc == 1 and len(ran) == 1
+    assert "CANNOT BUILD unfused" in out and "NOT CLEAN" in out and "planted" in out
+
+
 def test_sanitize_takes_the_common_flags_and_runs_each_w(monkeypatch, capsys):
     """fuzz.sanitize spells --impl, --world-sizes, --topology, --case-deadline as every tool does
     (fuzz/config.py); several W run one pool each, and the exit status is 0 only if every pool is CLEAN."""
