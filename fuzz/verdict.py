@@ -37,9 +37,12 @@ def unbuildable(report: CaseReport) -> bool:
     """The case failed only because the host cannot build the implementation's main path: a plain FAILED (no hang,
     death or exception), every failed check on every rank :data:`HOST_CHECK`. A fact of the host, not of the case:
     every other case of that implementation on that pool spec fails the same way (fuzz/gate.py stops there)."""
-    failed = report.failed_checks()
-    return (report.status == Status.FAILED and not report.errors() and bool(failed)
-            and all(c.get("name") == HOST_CHECK for c in failed))
+    return report.status == Status.FAILED and not report.errors() and only_the_host_failed(report.failed_checks())
+
+
+def only_the_host_failed(failed: list[dict]) -> bool:
+    """``failed`` (the failed checks of a case, every rank's) are all :data:`HOST_CHECK`, and there is one."""
+    return bool(failed) and all(c.get("name") == HOST_CHECK for c in failed)
 
 
 def settles_failure(msg: dict) -> str | None:

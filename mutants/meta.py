@@ -25,7 +25,9 @@ Classification (:func:`classify`), from the case records and the test outcomes o
 * ERROR     — anything else: a harness error (a case whose status is ERROR: an exception escaped
   ``run_case``), a test that failed without a failing case (collection error, pool that would not
   start, Hypothesis health check), a pytest internal / usage error or interruption, a session past its
-  time limit, nothing checked. Never a kill.
+  time limit, nothing checked, or a first failing case whose only failed check is ``main_path_available``
+  (the host cannot build the implementation's main path, so no case ran it: on a GPU host without the CuTe
+  DSL every kernel fault would otherwise read KILLED). Never a kill.
 
 The correct implementation is PASSED (everything passed) or FAILED. The matrix shows which test and
 which properties caught each mutant beside the properties the catalogue expects (``MutantSpec.expected``)
@@ -57,6 +59,7 @@ from enum import StrEnum
 from fuzz import config
 from fuzz.node import killpg_while_alive
 from fuzz.status import Status
+from fuzz.verdict import only_the_host_failed
 
 from .catalogue import CATALOGUE
 
@@ -368,12 +371,13 @@ def classify(target: Target, optimize: int, profile: str, rows: list[dict], line
         out.reproducibility = next((r["reproducibility"] for r in rows
                                     if r["test"] == first["test"] and r.get("reproducibility")), "")
     harness = _harness_failure(session, tests, rows, first)
+    host = _host_cannot_build(first)
     if target.must == "fail":
-        if first is not None and Status(first["status"]).caught and \
+        if first is not None and Status(first["status"]).caught and not host and \
                 tests.get(first["test"], {}).get("outcome") == "failed":
             out.verdict = Verdict.KILLED
-        elif harness:
-            out.detail = harness
+        elif host or harness:
+            out.detail = host or harness
         else:
             out.verdict = Verdict.SURVIVED
     elif harness or first is not None:
@@ -404,6 +408,20 @@ def _harness_failure(session: SessionResult, tests: dict[str, dict], rows: list[
     if not any(Status(r["status"]) == Status.PASSED for r in rows):
         return "nothing checked: no case passed (every case skipped, or none ran)"
     return ""
+
+
+def _host_cannot_build(first: dict | None) -> str:
+    """Why the first failing case says nothing about the implementation ("" when it does): it failed only
+    ``main_path_available`` (fuzz/verdict.py), the host cannot build the main path, so no case ran it -- every
+    mutant of that implementation would read KILLED on such a host, caught by nothing but the host."""
+    if first is None or Status(first["status"]) != Status.FAILED or first.get("errors"):
+        return ""
+    failed = [c for c in first.get("checks", []) if not c.get("passed") and not c.get("skipped")]
+    if not only_the_host_failed(failed):
+        return ""
+    why = next((c.get("detail", "") for c in failed if c.get("detail")), "")
+    return (f"the host cannot build the implementation's main path ({_short_test(first['test'])}: {why}): no case "
+            f"ran it, nothing was learned about the mutant")
 
 
 def _caught_by(row: dict) -> tuple[str, ...]:

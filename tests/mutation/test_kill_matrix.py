@@ -117,6 +117,21 @@ def test_a_harness_error_is_never_a_kill():
     assert "ERROR (harness, not a kill)" in meta.render([o])
 
 
+def test_a_host_that_cannot_build_the_main_path_kills_nothing():
+    host = {"name": "main_path_available", "passed": False, "skipped": False,
+            "detail": "the main path 'fused' cannot be built on this host: nvidia-cutlass-dsl is not importable"}
+    o = _classify([_case("failed", 1, [RIGHT, host])], [_outcome("failed")])
+    assert o.verdict == meta.Verdict.ERROR and not o.ok
+    assert "cannot build the implementation's main path" in o.detail and "not importable" in o.detail
+    assert "ERROR (harness, not a kill)" in meta.render([o])
+    beside = _classify([_case("failed", 1, [host, WRONG])], [_outcome("failed")])  # a real failure beside it
+    assert beside.verdict == meta.Verdict.KILLED
+    correct = meta.Target("fused (correct)", "fused", (2,), "pass")
+    test = "fuzz/test_gemm_rs.py::test_compute[fused-cpu-W2]"
+    assert _classify([_case("failed", 1, [host], test=test)], [_outcome("failed", test=test)],
+                     correct).verdict == meta.Verdict.FAILED
+
+
 @pytest.mark.parametrize("session, lines, why", [
     (meta.SessionResult(4, False, 600, "usage", 1.0), [_outcome("failed")], "pytest exited 4"),
     (meta.SessionResult(3, False, 600, "INTERNALERROR", 1.0), [_outcome("failed")], "pytest exited 3"),
