@@ -630,6 +630,44 @@ class CapacityAtClassLevel(UnfusedGemmRs):
                               world_size=self.world_size, device=self.device)
 
 
+class WorkspacePerM(UnfusedGemmRs):
+    """A leak: each new M gets a partials buffer of its own, kept in a plan cache keyed by M (a plan cache that
+    memoises its buffers). Every result is right; the memory grows with every batch size an engine sees."""
+
+    name = "mutant-workspace-per-m"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._plans: dict[int, torch.Tensor] = {}
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        plan = self._plans.get(M)
+        if plan is None:
+            plan = self._plans[M] = torch.empty(self.world_size * S, self.N, dtype=torch.bfloat16, device=self.device)
+        self._gemm(x, w, plan[:M])
+        plan[M:].zero_()
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, plan, self.group, self._staging)
+        return _finish(self, out, shard, M)
+
+
+class ResultHistoryKept(UnfusedGemmRs):
+    """A leak: a copy of every result is kept "for debugging" (a history never trimmed). Every result is right;
+    the memory grows with every call."""
+
+    name = "mutant-result-history-kept"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._history: list[torch.Tensor] = []
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self._history.append(y.detach().clone())
+        return y
+
+
 class ThresholdAtClassLevel(UnfusedGemmRs):
     """A per-shape should_run crossover (from a tuning table: it pays at fewer rows for a larger N x K)
     stored on the class instead of the instance: the layer built last sets every layer's threshold, so a
@@ -752,6 +790,9 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("ThresholdAtClassLevel", (2,), ("should_run_stable",)),
     MutantSpec("ShouldRunOnLocalRows", (2,), ("dispatch_agrees_across_ranks",)),
     MutantSpec("PathByLocalRows", (2,), ("kernel_paths_agree_across_ranks",)),
+    # memory (18th session): results right, memory kept per M or per call
+    MutantSpec("WorkspacePerM", (2,), ("memory_bounded",)),
+    MutantSpec("ResultHistoryKept", (2,), ("memory_bounded",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

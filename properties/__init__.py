@@ -4,6 +4,7 @@
 from .alternation import fresh_per_call
 from .exact import bitwise_equal
 from .guards import Guarded, guard_regions_untouched
+from .memory import live_tensors, memory_bounded
 from .nonfinite import nonfinite_pattern_matches
 from .padding import SENTINEL, padded_rows_untouched, sentinel_like
 from .path import main_path_available, path_taken
@@ -25,7 +26,9 @@ __all__ = [
     "fresh_per_call",
     "fresh_result",
     "guard_regions_untouched",
+    "live_tensors",
     "main_path_available",
+    "memory_bounded",
     "nonfinite_pattern_matches",
     "padded_rows_untouched",
     "path_taken",

@@ -14,7 +14,9 @@ once more. Checks:
 * ``other_instances_untouched``: across each call, every other live instance keeps the bits of its state
   tensors and red zones (a flag area, workspace or epoch shared between instances shows here);
 * ``should_run_stable``: each instance's ``should_run`` answers at probed M (1, max_M and both sides of
-  its crossover), taken when it was built (instance 0: when the case began), are the same at the end.
+  its crossover), taken when it was built (instance 0: when the case began), are the same at the end;
+* ``memory_bounded`` (:func:`memory_probe`): instance 0, called once at M = min(max_M, 256), then at three
+  smaller M and at that M again (results dropped), holds no more live tensor memory than after the first call.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from properties.dispatch import should_run_stable
+from properties.memory import live_tensors, memory_bounded
 from properties.result import CheckResult
 from properties.state import snapshot, state_unchanged
 
@@ -31,6 +34,10 @@ from .crossover import crossover_neighbours, should_run_asker
 from .verified import verified_call
 
 RECREATE_SEED_OFFSET = 5_000_011
+MEMORY_SEED_OFFSET = 7_000_003
+#: The largest M of the memory probe (:func:`memory_probe`): a buffer kept per M or per call is rows x N wherever
+#: the rows are; larger M only make the probe's calls slower (CPU bf16 GEMMs).
+MEMORY_PROBE_M = 256
 
 
 @dataclasses.dataclass
@@ -72,6 +79,7 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             checks.append(should_run_stable(inst.should_run, probes, rank=ctx.rank,
                                             what=f"{inst.label} (N={inst.case.N}, K={inst.case.K}, "
                                                  f"max_M={inst.case.max_M}), at birth and at the end"))
+        checks.append(memory_probe(ctx, live[0]))
     finally:
         for inst in live:
             if inst.own:
@@ -98,6 +106,33 @@ def checked_call(ctx: RankContext, live: list[Live], which: int, M: int, seed: i
                                 during=f"a call of {inst.label} (N={inst.case.N}, K={inst.case.K}, M={M})")
     untouched.extra.update(call=tag, M=M)
     return checks + [untouched]
+
+
+def memory_probe(ctx: RankContext, inst: Live) -> CheckResult:
+    """``memory_bounded`` on ``inst``: a call at its largest M (any first-call allocation happens there), a
+    snapshot of the live tensors, calls at three smaller M each new to the probe and at the largest M again, each
+    result dropped at once, a snapshot. The inputs are made before the first snapshot (views of them are sliced
+    per call); the calls go to the implementation directly -- the harness's own call records would hold the
+    results -- and every rank makes the same calls in the same order (each call is collective)."""
+    c, W = inst.case, ctx.world_size
+    top = aligned_if_waived(inst.impl, min(c.max_M, MEMORY_PROBE_M), W, c.max_M)
+    smaller = {aligned_if_waived(inst.impl, m, W, c.max_M) for m in (top // 2 + 1, (3 * top) // 4 + 1, top - 1)}
+    ms = [m for m in sorted(smaller, reverse=True) if 1 <= m < top] + [top]
+    x = ctx.x(c, c.seed + MEMORY_SEED_OFFSET, top, "gaussian")
+    w = ctx.w(c, c.seed + MEMORY_SEED_OFFSET, "gaussian")
+    y = inst.impl(x, w)
+    del y
+    ctx.sync()
+    before = live_tensors()
+    for M in ms:
+        y = inst.impl(x[:M], w)
+        del y
+    ctx.sync()
+    check = memory_bounded(before, live_tensors(), rank=ctx.rank,
+                           during=f"calls of {inst.label} (N={c.N}, K={c.K}, max_M={c.max_M}) at M = "
+                                  f"{', '.join(map(str, ms))} after one at M = {top}")
+    check.extra.update(call=f"{inst.label}.memory_probe", M=[top, *ms])
+    return check
 
 
 def probe_should_run(ctx: RankContext, impl, case: Case, ms: list[int] | None = None) -> dict[int, bool]:

@@ -1,0 +1,76 @@
+"""``memory_bounded`` — calls keep no memory (CONTRACT.md, "Instances"): once an instance has made one call at its
+largest M, calls at other M values (and the same M again) leave no more live tensor memory behind than there was
+before them, results dropped. A workspace or plan buffer cached per distinct M, or every result kept "for
+debugging", grows with each new batch size an engine sees -- results stay right, the process runs out of memory
+hours later; no value check sees it.
+
+What is counted: every tensor the garbage collector can reach (:func:`live_tensors`, after a full collection),
+each storage once (views add nothing), on any device. Memory that only a library's C++ side holds (a CUDA
+allocator block with no Python tensor, symmetric memory a C++ object keeps) is not visible here.
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from .result import CheckResult
+
+#: Live tensor bytes a probe may gain: none (a result held "as the last one" is replaced, not added to).
+SLACK_BYTES = 0
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    storage: tuple          # (device, storage data pointer): one entry per storage, views share it
+    nbytes: int             # the storage's bytes
+    what: str               # shape, dtype, device of the tensor
+
+
+def live_tensors() -> dict[int, LiveTensor]:
+    """id -> :class:`LiveTensor` of every tensor object the garbage collector tracks, after a full collection."""
+    gc.collect()
+    out: dict[int, LiveTensor] = {}
+    with warnings.catch_warnings():  # isinstance() on a deprecated torch object (torch.distributed.reduce_op) warns
+        warnings.simplefilter("ignore")
+        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    for obj in tensors:
+        try:
+            storage = obj.untyped_storage()
+            key, nbytes = (str(obj.device), storage.data_ptr()), storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # sparse, meta, or otherwise storage-less
+            continue
+        out[id(obj)] = LiveTensor(key, nbytes, f"{tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} "
+                                               f"{obj.device}")
+    return out
+
+
+def storage_bytes(tensors: dict[int, LiveTensor]) -> int:
+    """Bytes of the distinct storages of ``tensors``."""
+    return sum({t.storage: t.nbytes for t in tensors.values()}.values())
+
+
+def memory_bounded(before: dict[int, LiveTensor], after: dict[int, LiveTensor], *, during: str, rank=None,
+                   name: str = "memory_bounded", slack_bytes: int = SLACK_BYTES) -> CheckResult:
+    """The live tensor memory of ``after`` exceeds that of ``before`` by at most ``slack_bytes``; a failure names
+    the tensors alive after that were not before (their storages new). ``during``: the calls in between."""
+    grown = storage_bytes(after) - storage_bytes(before)
+    old = {t.storage for t in before.values()}
+    new = {}
+    for t in after.values():
+        if t.storage not in old:
+            new.setdefault(t.storage, t)
+    extra = {"bytes_before": storage_bytes(before), "bytes_after": storage_bytes(after), "grown": grown,
+             "new_tensors": len(new)}
+    if grown > slack_bytes:
+        listed = sorted(new.values(), key=lambda t: -t.nbytes)
+        shown = ", ".join(f"{t.what} ({t.nbytes} B)" for t in listed[:6]) + (" ..." if len(listed) > 6 else "")
+        return CheckResult(name=name, passed=False, rank=rank, total=len(after), n_wrong=len(new), extra=extra,
+                           detail=f"{grown} bytes more live tensor memory after {during} than before it (results "
+                                  f"dropped; {slack_bytes} allowed), {len(new)} new storage(s): {shown or '-'}: "
+                                  "the implementation keeps memory per call or per M")
+    return CheckResult(name=name, passed=True, rank=rank, total=len(after), extra=extra,
+                       detail=f"live tensor memory {grown:+d} bytes after {during}")

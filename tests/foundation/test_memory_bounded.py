@@ -1,0 +1,65 @@
+"""memory_bounded (properties/memory.py) and the instances family's memory probe: memory an implementation keeps
+per M or per call fails, with the tensors named; views, dropped tensors and a replaced "last" tensor do not."""
+
+from __future__ import annotations
+
+import torch
+from _in_process import failed_checks, run_on_one_cpu_rank
+
+from fuzz.case import Case
+from kernel.unfused import UnfusedGemmRs
+from mutants.catalogue import ResultHistoryKept, WorkspacePerM
+from properties.memory import live_tensors, memory_bounded
+
+HELD: dict[str, torch.Tensor] = {}
+
+
+def test_a_tensor_kept_between_the_snapshots_fails_and_is_named():
+    HELD.clear()
+    before = live_tensors()
+    HELD["plan"] = torch.empty(37, 64, dtype=torch.bfloat16)
+    check = memory_bounded(before, live_tensors(), during="one call", rank=3)
+    HELD.clear()
+    assert not check.passed and check.rank == 3 and check.n_wrong == 1
+    assert "4736 bytes more live tensor memory after one call" in check.detail
+    assert "(37, 64) bfloat16 cpu (4736 B)" in check.detail
+
+
+def test_views_dropped_tensors_and_a_replaced_tensor_pass():
+    HELD.clear()
+    HELD["last"] = torch.zeros(16, 8)
+    base = torch.zeros(64, 64)
+    before = live_tensors()
+    views = [base[:3], base[5:9].t(), base.view(-1)]  # no new storage
+    scratch = torch.ones(128, 128)  # made and dropped
+    del scratch
+    HELD["last"] = torch.zeros(16, 8)  # replaced, not added to
+    check = memory_bounded(before, live_tensors(), during="calls")
+    assert check.passed and check.extra["grown"] == 0, check.detail
+    assert views  # alive through the second snapshot
+    HELD.clear()
+
+
+def test_a_slack_lets_that_much_through_and_not_a_byte_more():
+    HELD.clear()
+    before = live_tensors()
+    HELD["small"] = torch.zeros(4, dtype=torch.int32)  # 16 bytes
+    after = live_tensors()
+    HELD.clear()
+    assert memory_bounded(before, after, during="x", slack_bytes=16).passed
+    assert not memory_bounded(before, after, during="x", slack_bytes=15).passed
+
+
+INSTANCES = Case("instances", 5, 64, 64, 8192, [300, 5, 129, 1000], "exact", "guarded", repeat=1,
+                 shapes=[[128, 128, 512]], order=[0, 1, 0, 1], recreate=None)
+
+
+def test_the_instances_family_probes_memory_and_catches_a_plan_cache_and_a_result_history():
+    ok = run_on_one_cpu_rank(UnfusedGemmRs, INSTANCES)
+    probe = [c for c in ok if c.name == "memory_bounded"]
+    assert len(probe) == 1 and probe[0].passed and not failed_checks(ok), [c.detail for c in failed_checks(ok)]
+    assert probe[0].extra["M"] == [256, 255, 193, 129, 256]
+    for leak in (WorkspacePerM, ResultHistoryKept):
+        failed = failed_checks(run_on_one_cpu_rank(leak, INSTANCES))
+        assert [c.name for c in failed] == ["memory_bounded"], (leak.__name__, [c.detail for c in failed])
+        assert "bfloat16 cpu" in failed[0].detail and "keeps memory per call or per M" in failed[0].detail
