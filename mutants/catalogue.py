@@ -668,6 +668,19 @@ class ResultHistoryKept(UnfusedGemmRs):
         return y
 
 
+class InputRescaledInPlace(UnfusedGemmRs):
+    """The caller's activations scaled in place and scaled back (``x *= 3`` for a fused per-token scale, then
+    ``x /= 3``): the result is right, but bf16 rounding leaves some of the caller's x a unit in the last place
+    off -- the residual stream the next layer reads."""
+
+    name = "mutant-input-rescaled-in-place"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        x.mul_(3).div_(3)
+        return y
+
+
 class ThresholdAtClassLevel(UnfusedGemmRs):
     """A per-shape should_run crossover (from a tuning table: it pays at fewer rows for a larger N x K)
     stored on the class instead of the instance: the layer built last sets every layer's threshold, so a
@@ -793,6 +806,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # memory (18th session): results right, memory kept per M or per call
     MutantSpec("WorkspacePerM", (2,), ("memory_bounded",)),
     MutantSpec("ResultHistoryKept", (2,), ("memory_bounded",)),
+    # inputs (18th session): the caller's x changed by the call
+    MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

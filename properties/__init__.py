@@ -11,7 +11,16 @@ from .path import main_path_available, path_taken
 from .rejection import call_raised, rejected_cleanly
 from .repeatability import repeatable
 from .result import CheckResult, PropertyViolation, skipped
-from .result_contract import fresh_padding_zero, fresh_result, result_contract, results_unchanged, returns_out
+from .result_contract import (
+    fresh_padding_zero,
+    fresh_result,
+    inputs_changed,
+    inputs_untouched,
+    result_contract,
+    results_unchanged,
+    returns_out,
+    watch_inputs,
+)
 from .tolerance import budget, within_tolerance
 
 __all__ = [
@@ -26,6 +35,8 @@ __all__ = [
     "fresh_per_call",
     "fresh_result",
     "guard_regions_untouched",
+    "inputs_changed",
+    "inputs_untouched",
     "live_tensors",
     "main_path_available",
     "memory_bounded",
@@ -38,6 +49,7 @@ __all__ = [
     "results_unchanged",
     "returns_out",
     "sentinel_like",
+    "watch_inputs",
     "skipped",
     "within_tolerance",
 ]

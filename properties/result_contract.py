@@ -8,7 +8,11 @@
 * ``fresh_padding_zero`` — without ``out=``, its padding rows (``r*S + i >= M``) hold +0.0, bit for bit,
   as the oracle's do;
 * ``earlier_results_unchanged`` — at the end of a case every result the caller still holds has the bits it
-  had when it was returned: a later call must not change what the caller holds.
+  had when it was returned: a later call must not change what the caller holds;
+* ``inputs_untouched`` — a call leaves ``x`` and ``w`` with the bits they had before it: the caller's
+  activations and weights are read-only to the implementation (an input used as scratch, scaled in place and
+  scaled back with rounding, a weight transposed in place). Compared on the inputs' device right after each
+  call (:func:`watch_inputs`, :func:`inputs_changed`: no wait), read back once at the end of the case.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import torch
 
 from .exact import bitwise_equal
 from .padding import padded_rows_untouched
-from .rejection import differing
-from .result import CheckResult
+from .rejection import _any_word_differs, differing
+from .result import CheckResult, read_back
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -113,3 +117,32 @@ def results_unchanged(held: list[tuple[str, torch.Tensor, torch.Tensor]], *, ran
     first.detail = (f"{len(changed)} of {len(held)} results changed after they were returned: {', '.join(labels)} "
                     f"(the first shown): a later call wrote into memory the caller holds")
     return first
+
+
+def watch_inputs(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies of a call's ``x`` and ``w``, taken before it (:func:`inputs_changed` compares after it)."""
+    return x.detach().clone(), w.detach().clone()
+
+
+def inputs_changed(x: torch.Tensor, w: torch.Tensor, before: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """bool[2] on the inputs' device: whether ``x``, ``w`` differ in any byte from ``before``. Queued right after
+    the call on the current stream (it sees the call's stream-ordered writes, and none of the caller's later
+    ones); nothing waits for it here."""
+    return torch.stack([_any_word_differs(x, before[0]), _any_word_differs(w, before[1])])
+
+
+def inputs_untouched(changed: list[tuple[str, torch.Tensor]], *, rank=None, name="inputs_untouched") -> CheckResult:
+    """``changed``: (call label, :func:`inputs_changed` of that call). One read-back for all of them."""
+    n = len(changed)
+    flags = read_back([f[0] for _, f in changed] + [f[1] for _, f in changed])
+    bad = [(label, [which for which, flag in (("x", flags[i]), ("w", flags[n + i])) if flag])
+           for i, (label, _) in enumerate(changed)]
+    bad = [(label, which) for label, which in bad if which]
+    if not bad:
+        return CheckResult(name=name, passed=True, rank=rank, total=n,
+                           detail=f"{n} calls left their x and w with the bits they had")
+    what = ", ".join(f"{label}: {' and '.join(which)}" for label, which in bad)
+    return CheckResult(name=name, passed=False, rank=rank, total=n, n_wrong=len(bad),
+                       extra={"changed": [label for label, _ in bad]},
+                       detail=f"{len(bad)} of {n} calls changed their inputs ({what}): x and w are the caller's, "
+                              "read-only to the implementation")

@@ -9,7 +9,9 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
 * ``result_contract``  — bf16, (ceil(M/W), N), on the implementation's device, contiguous;
 * ``returns_out``      — with ``out=``: the result is ``out``;
 * ``fresh_result``     — without ``out=``: no storage shared with ``state_tensors()`` or a held result;
-* ``fresh_padding_zero`` — without ``out=``: padding rows are +0.0 (not inside a graph capture: no values yet).
+* ``fresh_padding_zero`` — without ``out=``: padding rows are +0.0 (not inside a graph capture: no values yet);
+* ``inputs_untouched`` — at the end of the case: no eager call changed its ``x`` or ``w`` (compared on the device
+  right after each call, read back once).
 
 Results of eager calls are held with a copy taken on return; :meth:`CaseCalls.finish` checks at the end
 of the case that each still has those bits (``earlier_results_unchanged``). A result that broke the
@@ -27,10 +29,13 @@ from properties import (
     call_raised,
     fresh_padding_zero,
     fresh_result,
+    inputs_changed,
+    inputs_untouched,
     path_taken,
     result_contract,
     results_unchanged,
     returns_out,
+    watch_inputs,
 )
 from properties.result import CheckResult
 
@@ -58,6 +63,7 @@ class CaseCalls:
         self.rank, self.world_size = rank, world_size
         self.checks: list[CheckResult] = []
         self._held: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (label, result, copy on return)
+        self._inputs: list[tuple[str, torch.Tensor]] = []  # (label, whether the call changed its x, w: on device)
         self.trail: list[str] = []  # every call begun, with the kernel path it was to take (trail_text)
 
     def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True,
@@ -75,11 +81,14 @@ class CaseCalls:
         self.trail.append(f"{tag} M={M} group rank {r}/{W} {'captured ' if captured else ''}expected path "
                           f"{expected}{kernel_path(impl, M) if expected == impl.main_path else ''}")
         impl.last_path = None
+        watched = watch_inputs(x, w) if not captured else None
         try:
             y = impl(x, w, out=out)
         except Exception as exc:
             self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
             raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
+        if watched is not None:
+            self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched)))
         contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)
         checks = [path_taken(impl.last_path, expected, reason, rank=r), contract]
         if out is not None:
@@ -107,13 +116,18 @@ class CaseCalls:
         return CallRaised(f"{type(exc).__name__} while {what}")
 
     def finish(self) -> list[CheckResult]:
-        """``earlier_results_unchanged`` over every result held (none held: no check), then let them go."""
-        if not self._held:
-            return []
-        res = results_unchanged(self._held, rank=self.rank)
-        res.extra.setdefault("call", "end of case")
+        """``earlier_results_unchanged`` over every result held and ``inputs_untouched`` over every eager call
+        (none: no check), then let them go."""
+        out = []
+        if self._held:
+            out.append(results_unchanged(self._held, rank=self.rank))
+        if self._inputs:
+            out.append(inputs_untouched(self._inputs, rank=self.rank))
+        for res in out:
+            res.extra.setdefault("call", "end of case")
         self._held.clear()
-        return [res]
+        self._inputs.clear()
+        return out
 
     def trail_text(self, last: int = 8) -> str:
         """The last ``last`` calls this rank began in the case, oldest first: beside a GPU fault that surfaced

@@ -51,7 +51,7 @@ def test_cases_are_the_same_on_every_run():
     assert [c.to_json() for c in a] == [c.to_json() for c in b] and len(a) == 5
 
 
-def test_an_implementation_the_host_cannot_build_fails_the_run_after_one_case(capsys, monkeypatch):
+def test_an_implementation_the_host_cannot_build_fails_the_run_after_one_case(capsys, monkeypatch, own_settings):
     import fuzz.differential
 
     ran: dict[str, int] = {}

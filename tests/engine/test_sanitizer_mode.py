@@ -17,17 +17,8 @@ from fuzz.status import Status
 
 
 @pytest.fixture(autouse=True)
-def _own_settings(monkeypatch):
-    """``sanitize.main`` installs its flags as this process's settings (fuzz/config.py, exported to the
-    environment for its ranks): put both back after each test, for the tests that follow in this worker."""
-    from fuzz import config
-
-    saved = {k: v for k, v in os.environ.items() if k.startswith(config.ENV_PREFIX)}
-    monkeypatch.setattr(config, "_CURRENT", config._CURRENT)
-    yield
-    for k in [k for k in os.environ if k.startswith(config.ENV_PREFIX)]:
-        del os.environ[k]
-    os.environ.update(saved)
+def _own_settings(own_settings):
+    """``sanitize.main`` installs its flags as this process's settings: put back after each test (conftest)."""
 
 
 def test_repro_line_carries_the_sanitizer():
