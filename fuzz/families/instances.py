@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from properties.dispatch import should_run_stable
 from properties.memory import live_tensors, memory_bounded
 from properties.result import CheckResult
@@ -123,7 +125,7 @@ def memory_probe(ctx: RankContext, inst: Live) -> CheckResult:
     y = inst.impl(x, w)
     del y
     ctx.sync()
-    before = live_tensors()
+    before, device_before = live_tensors(), _device_bytes(ctx.device)
     for M in ms:
         y = inst.impl(x[:M], w)
         del y
@@ -132,7 +134,14 @@ def memory_probe(ctx: RankContext, inst: Live) -> CheckResult:
                            during=f"calls of {inst.label} (N={c.N}, K={c.K}, max_M={c.max_M}) at M = "
                                   f"{', '.join(map(str, ms))} after one at M = {top}")
     check.extra.update(call=f"{inst.label}.memory_probe", M=[top, *ms])
+    if device_before is not None:  # reported, not judged: the caching allocator's view, C++-held blocks included
+        check.extra["device_bytes_grown"] = _device_bytes(ctx.device) - device_before
     return check
+
+
+def _device_bytes(device) -> int | None:
+    """Bytes the CUDA caching allocator has handed out on ``device`` (None off CUDA)."""
+    return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else None
 
 
 def probe_should_run(ctx: RankContext, impl, case: Case, ms: list[int] | None = None) -> dict[int, bool]:
