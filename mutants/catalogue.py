@@ -668,6 +668,21 @@ class ResultHistoryKept(UnfusedGemmRs):
         return y
 
 
+#: WorkspaceRegistry's registry: every workspace any instance of it ever built.
+_WORKSPACES: list[torch.Tensor] = []
+
+
+class WorkspaceRegistry(UnfusedGemmRs):
+    """A leak: every workspace is also kept in a module-level registry (for a debug dump), never removed, so
+    ``close()`` and dropping the instance free nothing -- an engine that rebuilds its layers runs out of memory."""
+
+    name = "mutant-workspace-registry"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        _WORKSPACES.append(self._ws)
+
+
 class InputRescaledInPlace(UnfusedGemmRs):
     """The caller's activations scaled in place and scaled back (``x *= 3`` for a fused per-token scale, then
     ``x /= 3``): the result is right, but bf16 rounding leaves some of the caller's x a unit in the last place
@@ -806,6 +821,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # memory (18th session): results right, memory kept per M or per call
     MutantSpec("WorkspacePerM", (2,), ("memory_bounded",)),
     MutantSpec("ResultHistoryKept", (2,), ("memory_bounded",)),
+    MutantSpec("WorkspaceRegistry", (2,), ("released_on_close",)),
     # inputs (18th session): the caller's x changed by the call
     MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
 )

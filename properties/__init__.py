@@ -4,7 +4,7 @@
 from .alternation import fresh_per_call
 from .exact import bitwise_equal
 from .guards import Guarded, guard_regions_untouched
-from .memory import live_tensors, memory_bounded
+from .memory import live_tensors, memory_bounded, released_on_close, watch_release
 from .nonfinite import nonfinite_pattern_matches
 from .padding import SENTINEL, padded_rows_untouched, sentinel_like
 from .path import main_path_available, path_taken
@@ -44,12 +44,14 @@ __all__ = [
     "padded_rows_untouched",
     "path_taken",
     "rejected_cleanly",
+    "released_on_close",
     "repeatable",
     "result_contract",
     "results_unchanged",
     "returns_out",
     "sentinel_like",
     "watch_inputs",
+    "watch_release",
     "skipped",
     "within_tolerance",
 ]

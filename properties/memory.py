@@ -1,11 +1,19 @@
-"""``memory_bounded`` — calls keep no memory (CONTRACT.md, "Instances"): once an instance has made one call at its
+"""Memory an implementation keeps (CONTRACT.md, "Instances").
+
+``memory_bounded`` — calls keep no memory: once an instance has made one call at its
 largest M, calls at other M values (and the same M again) leave no more live tensor memory behind than there was
 before them, results dropped. A workspace or plan buffer cached per distinct M, or every result kept "for
 debugging", grows with each new batch size an engine sees -- results stay right, the process runs out of memory
 hours later; no value check sees it.
 
-What is counted: every tensor the garbage collector can reach (:func:`live_tensors`, after a full collection),
-each storage once (views add nothing), on any device. Memory that only a library's C++ side holds (a CUDA
+``released_on_close`` — ``close()`` lets go of the instance's memory: once it returned and the caller dropped the
+instance, no tensor that owned the instance's state (its ``state_tensors()`` and red zones, a view's base) is still
+alive -- a module-level registry of workspaces, a class-level buffer pool, a kernel cache that captured the
+workspace keep it, and an engine that rebuilds its layers runs out of memory. Weak references, so the check itself
+keeps nothing alive; an instance that declares no state tensors has nothing to watch: skipped, never passed.
+
+What ``memory_bounded`` counts: every tensor the garbage collector can reach (:func:`live_tensors`, after a full
+collection), each storage once (views add nothing), on any device. Memory that only a library's C++ side holds (a CUDA
 allocator block with no Python tensor, symmetric memory a C++ object keeps) is not visible here.
 """
 
@@ -13,11 +21,12 @@ from __future__ import annotations
 
 import gc
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import torch
 
-from .result import CheckResult
+from .result import CheckResult, skipped
 
 #: Live tensor bytes a probe may gain: none (a result held "as the last one" is replaced, not added to).
 SLACK_BYTES = 0
@@ -74,3 +83,26 @@ def memory_bounded(before: dict[int, LiveTensor], after: dict[int, LiveTensor], 
                                   "the implementation keeps memory per call or per M")
     return CheckResult(name=name, passed=True, rank=rank, total=len(after), extra=extra,
                        detail=f"live tensor memory {grown:+d} bytes after {during}")
+
+
+def watch_release(tensors: dict[str, torch.Tensor]) -> dict[str, weakref.ref]:
+    """label -> a weak reference to the tensor owning each of ``tensors``' memory (a view's base, else itself)."""
+    return {label: weakref.ref(t._base if t._base is not None else t) for label, t in tensors.items()}
+
+
+def released_on_close(watched: dict[str, weakref.ref], *, what: str, rank=None,
+                      name: str = "released_on_close") -> CheckResult:
+    """Every tensor of ``watched`` (:func:`watch_release`, taken before the close) is gone after a full collection.
+    ``what``: the instance, for the message."""
+    if not watched:
+        return skipped(name, f"{what} declares no state tensors: nothing to watch", rank=rank)
+    gc.collect()
+    alive = [label for label, ref in watched.items() if ref() is not None]
+    if alive:
+        return CheckResult(name=name, passed=False, rank=rank, total=len(watched), n_wrong=len(alive),
+                           extra={"alive": alive},
+                           detail=f"{len(alive)} of {len(watched)} state tensors of {what} still alive after close() "
+                                  f"and the caller dropped the instance: {', '.join(alive[:6])}"
+                                  f"{' ...' if len(alive) > 6 else ''} -- something outside the instance keeps them")
+    return CheckResult(name=name, passed=True, rank=rank, total=len(watched),
+                       detail=f"the {len(watched)} state tensors of {what} went with close()")

@@ -16,7 +16,9 @@ once more. Checks:
 * ``should_run_stable``: each instance's ``should_run`` answers at probed M (1, max_M and both sides of
   its crossover), taken when it was built (instance 0: when the case began), are the same at the end;
 * ``memory_bounded`` (:func:`memory_probe`): instance 0, called once at M = min(max_M, 256), then at three
-  smaller M and at that M again (results dropped), holds no more live tensor memory than after the first call.
+  smaller M and at that M again (results dropped), holds no more live tensor memory than after the first call;
+* ``released_on_close`` (:func:`close_released`): each of the case's own instances, closed (at a re-creation, and
+  all of them at the end, in the order they were built) and dropped, leaves none of its state tensors alive.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import dataclasses
 import torch
 
 from properties.dispatch import should_run_stable
-from properties.memory import live_tensors, memory_bounded
+from properties.memory import live_tensors, memory_bounded, released_on_close, watch_release
 from properties.result import CheckResult
 from properties.state import snapshot, state_unchanged
 
@@ -69,24 +71,45 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             checks += checked_call(ctx, live, which, M, case.seed + i, kinds[i], tag=f"{live[which].label}.call{i}")
         for j, (N, K, max_M) in enumerate(case.recreate or []):
             slot = 1 + j % len(case.shapes)
-            old = live[slot]
-            close_impl(old.impl)
-            live[slot] = build(ctx, case, f"{old.label} re-created {j}", N, K, max_M)
+            label = live[slot].label
+            checks.append(close_released(ctx, live, slot))
+            live[slot] = build(ctx, case, f"{label} re-created {j}", N, K, max_M)
             for which in range(len(live)):
                 seed = case.seed + RECREATE_SEED_OFFSET + 10 * j + which
                 checks += checked_call(ctx, live, which, case.ms[0], seed, case.kind,
                                        tag=f"{live[which].label}.after_recreate{j}")
-        for inst in live:
-            probes = probe_should_run(ctx, inst.impl, inst.case, sorted(inst.should_run))
-            checks.append(should_run_stable(inst.should_run, probes, rank=ctx.rank,
-                                            what=f"{inst.label} (N={inst.case.N}, K={inst.case.K}, "
-                                                 f"max_M={inst.case.max_M}), at birth and at the end"))
+        checks += [stable_should_run(ctx, inst) for inst in live]  # (no loop variable left holding an instance)
         checks.append(memory_probe(ctx, live[0]))
+        for slot in range(1, len(live)):  # the case's own instances, in the order they were built (collective)
+            checks.append(close_released(ctx, live, slot))
     finally:
         for inst in live:
-            if inst.own:
+            if inst is not None and inst.own:
                 close_impl(inst.impl)
     return checks
+
+
+def stable_should_run(ctx: RankContext, inst: Live) -> CheckResult:
+    """``should_run_stable`` of ``inst``: its answers now against those taken when it was built."""
+    probes = probe_should_run(ctx, inst.impl, inst.case, sorted(inst.should_run))
+    return should_run_stable(inst.should_run, probes, rank=ctx.rank,
+                             what=f"{inst.label} (N={inst.case.N}, K={inst.case.K}, max_M={inst.case.max_M}), at "
+                                  "birth and at the end")
+
+
+def close_released(ctx: RankContext, live: list, slot: int) -> CheckResult:
+    """Close the case's own instance ``live[slot]``, drop it (``live[slot]`` becomes None) and check
+    ``released_on_close``: none of the tensors that owned its state is alive any more."""
+    inst = live[slot]
+    watched = watch_release({**inst.impl.state_tensors(),
+                             **{f"red zone '{n}'": now for n, (now, _) in inst.impl.guard_regions().items()}})
+    what = f"{inst.label} (N={inst.case.N}, K={inst.case.K}, max_M={inst.case.max_M})"
+    close_impl(inst.impl)
+    live[slot] = None
+    del inst
+    check = released_on_close(watched, what=what, rank=ctx.rank)
+    check.extra.setdefault("call", f"close of {what}")
+    return check
 
 
 def build(ctx: RankContext, case: Case, label: str, N: int, K: int, max_M: int) -> Live:

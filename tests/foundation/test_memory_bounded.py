@@ -63,3 +63,29 @@ def test_the_instances_family_probes_memory_and_catches_a_plan_cache_and_a_resul
         failed = failed_checks(run_on_one_cpu_rank(leak, INSTANCES))
         assert [c.name for c in failed] == ["memory_bounded"], (leak.__name__, [c.detail for c in failed])
         assert "bfloat16 cpu" in failed[0].detail and "keeps memory per call or per M" in failed[0].detail
+
+
+def test_released_on_close_fails_while_something_keeps_a_state_tensor_and_passes_once_it_is_gone():
+    from properties.memory import released_on_close, watch_release
+
+    ws = torch.zeros(8, 8)
+    watched = watch_release({"workspace": ws[:4], "shard": torch.zeros(2)})  # a view: its base is watched
+    HELD["registry"] = ws
+    del ws
+    check = released_on_close(watched, what="instance 1", rank=0)
+    assert not check.passed and check.extra["alive"] == ["workspace"] and "instance 1" in check.detail
+    HELD.clear()
+    assert released_on_close(watched, what="instance 1").passed
+    nothing = released_on_close({}, what="instance 2")
+    assert nothing.skipped and not nothing.passed and "declares no state tensors" in nothing.detail
+
+
+def test_the_instances_family_checks_every_close_and_catches_a_workspace_registry():
+    from mutants.catalogue import WorkspaceRegistry
+
+    ok = run_on_one_cpu_rank(UnfusedGemmRs, INSTANCES)
+    closes = [c for c in ok if c.name == "released_on_close"]
+    assert len(closes) == 1 and closes[0].passed, [c.detail for c in closes]  # its one own instance, at the end
+    failed = failed_checks(run_on_one_cpu_rank(WorkspaceRegistry, INSTANCES))
+    assert [c.name for c in failed] == ["released_on_close"], [c.detail for c in failed]
+    assert "workspace" in failed[0].extra["alive"]
