@@ -50,8 +50,8 @@ __all__ = [
     "results_unchanged",
     "returns_out",
     "sentinel_like",
+    "skipped",
     "watch_inputs",
     "watch_release",
-    "skipped",
     "within_tolerance",
 ]

@@ -66,13 +66,14 @@ def memory_bounded(before: dict[int, LiveTensor], after: dict[int, LiveTensor], 
                    name: str = "memory_bounded", slack_bytes: int = SLACK_BYTES) -> CheckResult:
     """The live tensor memory of ``after`` exceeds that of ``before`` by at most ``slack_bytes``; a failure names
     the tensors alive after that were not before (their storages new). ``during``: the calls in between."""
-    grown = storage_bytes(after) - storage_bytes(before)
+    bytes_before, bytes_after = storage_bytes(before), storage_bytes(after)
+    grown = bytes_after - bytes_before
     old = {t.storage for t in before.values()}
     new = {}
     for t in after.values():
         if t.storage not in old:
             new.setdefault(t.storage, t)
-    extra = {"bytes_before": storage_bytes(before), "bytes_after": storage_bytes(after), "grown": grown,
+    extra = {"bytes_before": bytes_before, "bytes_after": bytes_after, "grown": grown,
              "new_tensors": len(new)}
     if grown > slack_bytes:
         listed = sorted(new.values(), key=lambda t: -t.nbytes)
