@@ -65,6 +65,11 @@ dispatch  a layer: ``if op.should_run(x) and op.can_run(w): op(x, w) else reduce
           from ``ms`` and both sides of should_run's crossover: dispatch_agrees_across_ranks,
           should_run_stable, the implementation's call within tolerance and dispatch_sides_agree with the
           torch path; (CUDA) the layer captured per M and replayed (dispatch_graph_replay).
+wrap      (implementations with a call counter, ``call_counter_bits``) a fresh instance advanced by the contract's
+          ``advance_call_counter`` to just before the counter's ``wrap`` ("signed": 2^31, "unsigned": 2^32 calls),
+          then the calls of ``ms`` across it, each 1-6 (the late rank sleeping before each):
+          counter_advanced (the advance took), counter_wrapped (the calls crossed the boundary)
+          (fuzz/families/wrap.py). Without a counter: skipped with the reason.
 streams   (CUDA) a call on a non-default stream while another is busy, inputs landing late on it and
           overwritten, freed and reallocated on it right after the call returns: stream_ordered_result,
           stream_ordered_exact, stream_ordered_padding, guard_regions_untouched.
@@ -119,6 +124,7 @@ class Case:
     shapes: list[list[int]] | None = None  # instances: [N, K, max_M] of each live instance, built in order
     order: list[int] | None = None     # instances: the instance each call of ms goes to
     recreate: list[list[int]] | None = None  # instances: [N, K, max_M] each re-created instance gets
+    wrap: str | None = None            # wrap: the counter boundary crossed, "signed" (2^31) or "unsigned" (2^32)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -149,6 +155,8 @@ class Case:
             parts.append("instances=" + "/".join("x".join(map(str, s)) for s in self.shapes))
         if self.recreate:
             parts.append("recreate=" + "/".join("x".join(map(str, s)) for s in self.recreate))
+        if self.wrap:
+            parts.append(f"wrap={self.wrap}")
         return " ".join(parts)
 
 

@@ -99,6 +99,11 @@ def declared_paths(impl: str, world_size: int) -> tuple:
     return tuple(query(world_size)) if query is not None else ()
 
 
+def declared_counter_bits(impl: str) -> int | None:
+    """The width of the call counter the implementation ``impl`` keeps (``call_counter_bits``), or None."""
+    return _declared(impl, "call_counter_bits")
+
+
 def path_cases(path, index: int) -> list[Case]:
     """The cases of one declared kernel path (:func:`declared_paths`): a compute case calling it on gaussian,
     cancellation and exact inputs with a call of another M in between (the 64-row tiles' M = 1, or 129), the
@@ -112,6 +117,35 @@ def path_cases(path, index: int) -> list[Case]:
                   repeat=2, kinds=["gaussian", "cancel", "exact"], batch_m=other)]
     if path.replay:
         cases.append(Case("graph", 9100 + index, path.N, path.K, max_M, [path.M], "exact", "guarded", repeat=3))
+    return cases
+
+
+#: The counter-wrap cases (fuzz/families/wrap.py), per machine: (wrap, N, K, max_M, ms). The call at index
+#: WRAP_LEAD (2) is the first past the boundary; on the GPU it is the first call at its M (flag words no call touched
+#: yet: still 0), and on the 2^32 side a split-K call of the fused kernel (its part words too); the call after it
+#: waits on done words of the epoch before the boundary (2^31: the signed order turns there).
+WRAP_PLAN = {
+    "cpu": [("signed", 128, 128, 256, [1, 64, 255, 129, 1]), ("unsigned", 256, 128, 256, [1, 64, 255, 129, 1])],
+    "gpu": [("signed", 512, 256, 8192, [1, 1000, 2048, 8192, 1]), ("unsigned", 2560, 8192, 512, [1, 129, 448, 448, 1])],
+}
+WRAP_KINDS = ["gaussian", "exact", "exact", "exact", "cancel"]
+
+
+def wrap_cases(world_size: int, topology: str = "cpu",
+               supports: Callable[[int, int], Eligibility] | None = None) -> list[Case]:
+    """The fixed counter-wrap cases (one per boundary), with rank W-1 late by 30 ms before each call (W > 1):
+    its peers run ahead into the calls after the boundary while it still reads the ones before. A shape the
+    implementation does not support moves to the nearest it does (else the first listed one it supports)."""
+    m = machine(topology)
+    supports = supports or all_shapes
+    cases = []
+    for i, (wrap, N, K, max_M, ms) in enumerate(WRAP_PLAN[m]):
+        if not supports(N, K):
+            N, K = nearest_supported(supports, N, K) or next((s for s in SHAPES[m] if supports(*s)), (N, K))
+        late = world_size - 1 if world_size > 1 else None
+        cases.append(Case("wrap", 9500 + i, N, K, max_M, list(ms), "exact", "guarded", repeat=1,
+                          kinds=list(WRAP_KINDS), late_rank=late, delay_ms=30 if late is not None else 0,
+                          wrap=wrap))
     return cases
 
 
@@ -336,6 +370,12 @@ def byte_boundary_cases(draw, world_size: int, topology: str = "cpu", max_M: int
     return Case("byte_boundary", draw(st.integers(0, 2**31 - 1)), N, K, M, [M], kind, out="none", repeat=1)
 
 
+def wrap_strategy(world_size: int, topology: str = "cpu", max_M: int | None = None,
+                  supports: Callable[[int, int], Eligibility] | None = None) -> st.SearchStrategy[Case]:
+    """One of the fixed counter-wrap cases (:func:`wrap_cases`; ``max_M`` is theirs)."""
+    return st.sampled_from(wrap_cases(world_size, topology, supports))
+
+
 FAMILY_STRATEGIES = {
     "compute": compute_cases,
     "capacity": capacity_cases,
@@ -345,4 +385,5 @@ FAMILY_STRATEGIES = {
     "dispatch": dispatch_cases,
     "streams": streams_cases,
     "byte_boundary": byte_boundary_cases,
+    "wrap": wrap_strategy,
 }

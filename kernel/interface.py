@@ -87,6 +87,9 @@ class GemmRsImplementation(abc.ABC):
     #: modules a harness may import ahead, in the background, while its ranks start (heavy imports the
     #: implementation would do lazily at its first construction, e.g. a kernel DSL); none by default
     preload_modules: tuple[str, ...] = ()
+    #: width in bits of the call counter the implementation keeps on the device (epochs its flags compare), for
+    #: CONTRACT.md's counter clause: None -- it keeps none the gate can advance (``advance_call_counter``)
+    call_counter_bits: int | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -195,6 +198,18 @@ class GemmRsImplementation(abc.ABC):
     def guard_regions(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """name -> (current words, expected words) of red zones after workspaces and flag areas."""
         return {}
+
+    def call_counter(self) -> int | None:
+        """This rank's call counter as the implementation keeps it (``call_counter_bits`` wide), or None where this
+        instance keeps none (a path without flags). Reads the device: between calls only."""
+        return None
+
+    def advance_call_counter(self, calls: int) -> None:
+        """As if ``calls`` more calls had completed on every rank of the group, with nothing else done: every
+        counter and every flag word holding a counter value moves on by ``calls`` (a word never written stays
+        never written), so a test reaches the counter's wrap (2^31, 2^32 calls) in a few calls. Collective:
+        every rank of the group calls it with the same ``calls``, no call in flight."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no call counter (call_counter_bits is None)")
 
     def close(self) -> None:
         """Release workspaces (symmetric memory, compiled kernels). Idempotent."""

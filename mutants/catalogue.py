@@ -696,6 +696,61 @@ class InputRescaledInPlace(UnfusedGemmRs):
         return y
 
 
+class EpochStamped(UnfusedGemmRs):
+    """Not a bug: the correct implementation with a flag protocol's call counter, emulated on the host -- a
+    staging buffer of the shard in 64-row blocks, each with a ready word holding the epoch the block was last
+    stored in; a call at epoch ``e`` treats a block whose word already reads ``e`` as signalled and reads the
+    staged rows (the peers' data of a real protocol) without waiting. Epochs count calls mod 2^32 and skip 0
+    (0: never stored), so a word never equals the running call's epoch before its store. It keeps the contract's
+    counter clause (``call_counter_bits``, ``advance_call_counter``): the engine fixture the counter-wrap family
+    passes on (tests/foundation/test_counter_wrap.py); :class:`EpochZeroReused` is its bug."""
+
+    name = "fixture-epoch-stamped"
+    call_counter_bits = 32
+    skip_zero = True
+    BLOCK_ROWS = 64
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        blocks = -(-self.shard_rows(max_M) // self.BLOCK_ROWS)
+        self._staged = torch.zeros(blocks * self.BLOCK_ROWS, N, dtype=torch.bfloat16, device=self.device)
+        self._ready = torch.zeros(blocks, dtype=torch.int64, device=self.device)
+        self._epoch = 0
+
+    def call_counter(self) -> int:
+        return self._epoch
+
+    def advance_call_counter(self, calls: int) -> None:
+        cycle = (1 << 32) - 1
+        self._epoch = (self._epoch - 1 + int(calls)) % cycle + 1 if calls else self._epoch
+        self._ready = torch.where(self._ready == 0, self._ready, (self._ready - 1 + int(calls)) % cycle + 1)
+
+    def _run(self, x, w, out, M):
+        epoch = (self._epoch + 1) % (1 << 32)
+        if epoch == 0 and self.skip_zero:
+            epoch = 1
+        y = super()._run(x, w, out, M)
+        S, n = self.shard_rows(M), self.valid_rows(M)
+        blocks = -(-S // self.BLOCK_ROWS)
+        signalled = (self._ready[:blocks] == epoch).repeat_interleave(self.BLOCK_ROWS)[:n]
+        if bool(signalled.any()):  # read without waiting: what the staging buffer held
+            y[:n][signalled] = self._staged[:n][signalled]
+        self._staged[:n].copy_(y[:n])
+        self._ready[:blocks] = epoch
+        self._epoch = epoch
+        return y
+
+
+class EpochZeroReused(EpochStamped):
+    """Epoch wrap: the call counter is not skipped past 0 when it wraps after 2^32 - 1 calls, so the call at
+    epoch 0 finds every ready word never stored since the workspace was zeroed already "signalled" and reads
+    the staging buffer's stale rows (a server's silent wrong results after ~36 hours of 30-us calls).
+    Reachable only through the contract's ``advance_call_counter`` (the counter-wrap family)."""
+
+    name = "mutant-epoch-zero-reused"
+    skip_zero = False
+
+
 class ThresholdAtClassLevel(UnfusedGemmRs):
     """A per-shape should_run crossover (from a tuning table: it pays at fewer rows for a larger N x K)
     stored on the class instead of the instance: the layer built last sets every layer's threshold, so a
@@ -824,11 +879,12 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("WorkspaceRegistry", (2,), ("released_on_close",)),
     # inputs (18th session): the caller's x changed by the call
     MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
+    MutantSpec("EpochZeroReused", (2,), ("within_tolerance", "bitwise_equal")),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
 ENGINE_FIXTURES = ("HangOnM", "CrashOnM", "PowerOfTwoGroupsOnly", "AdapterStyleNoOut", "UnalignedMRejected",
-                   "NonContiguousXHandled")
+                   "NonContiguousXHandled", "EpochStamped")
 
 
 def spec(name: str) -> MutantSpec:

@@ -65,6 +65,16 @@ class FusedWrongOwner(_FaultedFused):
     faults = ("wrong_owner",)
 
 
+class FusedEpochZeroUsed(_FaultedFused):
+    name = "fused-fault-epoch-zero-used"
+    faults = ("epoch_zero_used",)
+
+
+class FusedEpochOrderSigned(_FaultedFused):
+    name = "fused-fault-epoch-order-signed"
+    faults = ("epoch_order_signed",)
+
+
 class FusedDroppedPart(_FaultedFused):
     name = "fused-fault-dropped-part"
     faults = ("dropped_part",)
@@ -150,6 +160,16 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
     GpuMutantSpec("FusedWrongOwner", "wrong_owner",
                   "wrong owner: rank r reduces and returns the shard of rank (r+1) % W",
                   "within_tolerance / bitwise_equal (exact mode); padded_rows_untouched at tiny M"),
+    GpuMutantSpec("FusedEpochZeroUsed", "epoch_zero_used",
+                  "epoch wrap: after 2^32 - 1 calls the epoch is 0, which every flag word never written since the "
+                  "workspace was zeroed holds: those waits are satisfied at once (a server's stale read after days)",
+                  "within_tolerance / bitwise_equal in test_counter_wrap (the call at the wrap reads partials not "
+                  "stored yet); only reachable through advance_call_counter"),
+    GpuMutantSpec("FusedEpochOrderSigned", "epoch_order_signed",
+                  "epoch order: done words compared with a signed < instead of the wrap-safe difference, wrong once "
+                  "the epochs cross 2^31 (a rank overwrites its partials while a late peer still reads them)",
+                  "within_tolerance in test_counter_wrap at the 2^31 boundary with a late rank; timing-dependent "
+                  "(the overwrite races the peer's reads); caught statically by the pinned PTX"),
     GpuMutantSpec("FusedDroppedPart", "dropped_part",
                   "split-K: the combine adds K parts 0..P-2 (the last part of K is never added)",
                   "within_tolerance / bitwise_equal at M <= 512, K >= 128 (a split-K config); also at W = 1",

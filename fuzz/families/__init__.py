@@ -32,6 +32,7 @@ from . import (
     instances,
     streams,
     support,
+    wrap,
 )
 from .calls import raised_by_call
 from .context import RankContext, describe_exception, waiver
@@ -46,6 +47,7 @@ FAMILIES = {
     "dispatch": dispatch.run,
     "streams": streams.run,
     "byte_boundary": byte_boundary.run,
+    "wrap": wrap.run,
 }
 #: Families of the sanitizer mode alone (``python -m fuzz.sanitize --calls-only``): no strategy draws them, and
 #: their cases carry no value checks of their own (the sanitizer's report is the verdict).
@@ -57,7 +59,7 @@ NIGHTLY_ONLY = frozenset({"byte_boundary"})
 #: out= clauses reported as skipped where the implementation waives out= (the case runs with out=None)
 OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
 #: families whose calls pass out= when the case says so
-OUT_FAMILIES = ("compute", "capacity", "graph", "instances", "streams")
+OUT_FAMILIES = ("compute", "capacity", "graph", "instances", "streams", "wrap")
 
 __all__ = ["FAMILIES", "NIGHTLY_ONLY", "SANITIZER_FAMILIES", "RankContext", "describe_exception", "run_case",
            "settled_guards"]

@@ -9,6 +9,8 @@ rejection, graph's eager call after the replays)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from kernel.checks import shard_rows, valid_rows
@@ -31,6 +33,36 @@ def verified_call(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag:
                   kind: str | None = None):
     """One call at M (inputs of ``kind``, default the case's). Returns (checks, a copy of the result,
     (x, w, S, n_valid, row0))."""
+    call = launch_call(ctx, impl, case, M, seed, tag=tag, late=late, kind=kind)
+    ctx.sync()
+    checks, y = check_call(ctx, impl, case, call)
+    return checks, y, (call.x, call.w, call.S, call.n_valid, call.row0)
+
+
+@dataclass
+class LaunchedCall:
+    """A valid call made and not yet checked (:func:`launch_call`): its operands, its out and what out held."""
+
+    M: int
+    seed: int
+    kind: str
+    tag: str
+    x: torch.Tensor
+    w: torch.Tensor
+    S: int
+    n_valid: int
+    row0: int
+    y: torch.Tensor
+    out: torch.Tensor | None
+    before: torch.Tensor | None
+    guarded: Guarded | None
+
+
+def launch_call(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag: str, late: bool,
+                kind: str | None = None) -> LaunchedCall:
+    """The call of :func:`verified_call` (the late rank's delay first, on its stream), no wait: calls launched one
+    after another this way run back to back on the device (a rank may enter its next call while a peer still reads
+    the last one's data), then :func:`check_call` each after one ``ctx.sync()``."""
     W, r = ctx.world_size, ctx.rank
     kind = kind or case.kind
     x, w = ctx.x(case, seed, M, kind), ctx.w(case, seed, kind)
@@ -45,27 +77,33 @@ def verified_call(ctx: RankContext, impl, case: Case, M: int, seed: int, *, tag:
     if late and case.late_rank == r and case.delay_ms > 0:
         ctx.delay(case.delay_ms)
     y = ctx.call(impl, x, w, out, tag=tag)
-    ctx.sync()
-    ref = ctx.reference(x, w)
-    truth = ctx.truth(case, seed, M, kind)
+    return LaunchedCall(M, seed, kind, tag, x, w, S, n_valid, row0, y, out, before, guarded)
+
+
+def check_call(ctx: RankContext, impl, case: Case, call: LaunchedCall) -> tuple[list[CheckResult], torch.Tensor]:
+    """Properties 1-6 of a launched call whose work is done (the caller synced): against the oracle (a collective:
+    every rank checks its calls in the same order) and the fp64 truth. Returns (checks, a copy of the result)."""
+    r, y, n_valid, row0, out = ctx.rank, call.y, call.n_valid, call.row0, call.out
+    ref = ctx.reference(call.x, call.w)
+    truth = ctx.truth(case, call.seed, call.M, call.kind)
     checks = [
         within_tolerance(y, truth, rank=r),
         within_tolerance(ref, truth, rank=r, name="oracle_within_tolerance"),
         nonfinite_pattern_matches(y, ref, n_valid, rank=r, row_offset=row0),
     ]
-    if kind == "exact":
+    if call.kind == "exact":
         checks.append(bitwise_equal(y, ref, n_valid, rank=r, row_offset=row0))
         exact_truth = truth.y[:n_valid].to(torch.bfloat16)
         checks.append(bitwise_equal(ref, exact_truth, n_valid, rank=r, row_offset=row0, name="oracle_exact"))
     regions = {}
     if out is not None:
-        checks.append(padded_rows_untouched(out, before, n_valid, rank=r, row_offset=row0))
-        regions.update(guarded.regions())
+        checks.append(padded_rows_untouched(out, call.before, n_valid, rank=r, row_offset=row0))
+        regions.update(call.guarded.regions())
     regions.update(impl.guard_regions())
     checks.append(guard_regions_untouched(regions, rank=r))
     checks[0].extra["digest"] = digest(y, n_valid)  # for differential runs across implementations
-    tag_checks(checks, call=tag, M=M, kind=kind)
-    return checks, y.clone(), (x, w, S, n_valid, row0)
+    tag_checks(checks, call=call.tag, M=call.M, kind=call.kind)
+    return checks, y.clone()
 
 
 def tag_checks(checks: list[CheckResult], **extra) -> list[CheckResult]:

@@ -174,6 +174,11 @@ FAULT_PROTOCOL = {
     "write_past_capacity": ("pull", "a row stored at partial row W*S: past the partials (guard A) when S == S_max"),
     "padding_written": ("pull", "out's padding rows (r*S + i >= M) are written (with zeros)"),
     "wrong_owner": ("pull", "rank r reduces the shard of (r+1) % W (waits on that owner's ready flags)"),
+    "epoch_zero_used": ("pull", "the epoch is not skipped past 0 when it wraps (after 2^32 - 1 calls): every flag "
+                                "word never written since the workspace was zeroed reads as signalled in that call"),
+    "epoch_order_signed": ("pull", "the done words are compared with a signed `<` instead of the wrap-safe signed "
+                                   "difference: once the epochs cross 2^31 a peer's done word of the previous "
+                                   "epoch reads as reached (shared data overwritten while the peer reads it)"),
     # split-K builds of the pull kernel (kernel.fused.gemm_rs, configs with split_k)
     "dropped_part": ("pull", "split-K: the combine adds K parts 0..P-2: the last part is never added"),
     "bf16_parts": ("pull", "split-K: each fp32 K part is rounded to bf16 before the combine adds it (the "

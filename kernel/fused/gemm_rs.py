@@ -103,6 +103,10 @@ issued (no ``wait_group 0``, no proxy fence): the flag can be seen before the pa
 row at partial row ``W*S``, one past the padded partial (in guard A when ``S`` is ``S_max``).
 ``padding_written``: out's padding rows (``r*S + i >= M``) are stored (zeros).
 ``wrong_owner``: rank r reduces the shard of owner ``(r+1) % W`` (waiting on that owner's flags).
+``epoch_zero_used``: the epoch is not moved past 0 when it wraps, so after 2^32 - 1 calls every flag word
+never written since the workspace was zeroed satisfies an equality wait. ``epoch_order_signed``: the done
+waits compare ``seen < expected`` (signed) instead of the signed difference, wrong once the epochs cross 2^31
+(:mod:`kernel.fused.rs_protocol`; the gate reaches both wraps through ``advance_call_counter``).
 Split-K builds only: ``dropped_part`` (the sum adds parts 0..P-2), ``bf16_parts`` (each part rounded to bf16
 before it is stored), ``unordered_part_signal`` (no barrier between the part stores and thread 0's ready word),
 ``unwaited_slices`` (W > 1: the tile's last unit signals the owners without waiting for the other slices).

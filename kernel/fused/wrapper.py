@@ -58,6 +58,7 @@ from ..interface import Eligibility, GemmRsImplementation, KernelPath
 from .config import (
     DEFAULT_PROTOCOL,
     DONE_BASE,
+    EPOCH_WORD,
     FUSED_WORLD_SIZES,
     K_TILE,
     KERNEL_FAULTS,
@@ -696,6 +697,54 @@ class FusedGemmRs(GemmRsImplementation):
                 state["split-K flags (W = 1)"] = sp.flags
         return state
 
+    # --- the call counter (CONTRACT.md, "Counters") ----------------------------------------------------------
+    #: the device epoch word: u32, 0 skipped on wrap (:mod:`kernel.fused.rs_protocol`)
+    call_counter_bits = 32
+
+    def _epoch_flags(self):
+        """The flag words holding this rank's epoch: the symmetric workspace's (W > 1), the W == 1 split-K GEMM's,
+        or None (W == 1 without a split-K config: no epoch)."""
+        if self._workspace is not None:
+            return self._workspace.flags
+        if self._split is not None and self._split.flags is not None:
+            return self._split.flags
+        return None
+
+    def call_counter(self) -> int | None:
+        f = self._epoch_flags()
+        return None if f is None else int(f[EPOCH_WORD].item()) & 0xFFFFFFFF
+
+    def advance_call_counter(self, calls: int) -> None:
+        """Every epoch-valued word of this rank's flag area moves on by ``calls`` epochs of the epoch cycle
+        (1 .. 2^32 - 1, 0 skipped): the epoch word and the done words always (they follow every completed call),
+        the ready words of peers' and own partials and the split-K part and slice words only where non-zero
+        (0 = never stored: a tile no call has touched keeps 0 through any number of calls -- the reason the epoch
+        skips 0). Device sync and a group barrier before (no kernel of any rank still reads or signals) and after
+        (no rank's next call starts before every rank's words moved on)."""
+        calls = int(calls)
+        if calls < 0:
+            raise ValueError(f"calls must be >= 0, got {calls}")
+        flags = self._epoch_flags()
+        if flags is None or calls == 0:
+            return
+        self._group_quiet()
+        follows_calls = [EPOCH_WORD] + list(range(DONE_BASE, DONE_BASE + self.world_size))
+        idx = torch.tensor(follows_calls, device=flags.device)
+        flags[idx] = _advanced_epochs(flags[idx], calls, keep_zero=False)
+        if self._workspace is not None:
+            ready = flags[READY_BASE:]
+            ready.copy_(_advanced_epochs(ready, calls, keep_zero=True))
+        if self._split is not None:
+            self._split.ready.copy_(_advanced_epochs(self._split.ready, calls, keep_zero=True))
+        self._group_quiet()
+
+    def _group_quiet(self) -> None:
+        torch.cuda.synchronize(self.device)
+        import torch.distributed as dist
+
+        if self.world_size > 1 and dist.is_available() and dist.is_initialized():
+            dist.barrier(group=self.group)
+
     def guard_regions(self):
         ws, sp = self._workspace, self._split
         if ws is None and sp is None:
@@ -747,6 +796,17 @@ class FusedGemmRs(GemmRsImplementation):
         self._choices.clear()
         self._split_choices.clear()
         self._compiled = None
+
+
+def _advanced_epochs(words: torch.Tensor, calls: int, *, keep_zero: bool) -> torch.Tensor:
+    """u32 epochs (in int32 words) ``calls`` steps on along the cycle 1 .. 2^32 - 1 (0 is skipped); with
+    ``keep_zero`` a 0 word (never stored) stays 0, without it 0 counts as "no call yet" (the epoch after 0 is 1)."""
+    cycle = (1 << 32) - 1
+    v = words.to(torch.int64) & 0xFFFFFFFF
+    moved = torch.remainder(v - 1 + calls, cycle) + 1
+    if keep_zero:
+        moved = torch.where(v == 0, v, moved)
+    return torch.where(moved >= (1 << 31), moved - (1 << 32), moved).to(torch.int32)
 
 
 class FusedGemmRsPush(FusedGemmRs):

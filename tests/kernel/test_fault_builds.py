@@ -262,6 +262,25 @@ def test_stale_epoch_never_writes_the_epoch_word(builds):
 
 @pytest.mark.kernel
 @needs_cutlass
+def test_epoch_faults_change_the_wrap_handling_only(builds):
+    base = builds[("pull", 2, "")]
+    zero, signed = builds[("pull", 2, "epoch_zero_used")], builds[("pull", 2, "epoch_order_signed")]
+    for bad in (zero, signed):  # the flag, fence and data instructions are intact
+        for pattern in (LD_ACQUIRE, ST_RELEASE, ST_RELAXED_GPU, PROXY_FENCE, LD_PEER):
+            assert _count(bad, pattern) == _count(base, pattern), pattern
+    # 0 skipped on wrap: the new epoch is max(prev + 1, 1) unsigned (one max.u32 with 1); the faulted build has none
+    skip = r"max\.u32\s+%r\d+, %r\d+, 1;"
+    assert _count(base, skip) == 1 and _count(zero, skip) == 0
+    # the done waits' wrap-safe order: seen - expected (sub.s32) against 0; faulted: seen against expected directly
+    diff_order = r"sub\.s32\s+(%r\d+), %r\d+, %r\d+;\s+setp\.(gt|lt)\.s32\s+%p\d+, \1, (-1|0);"
+    direct = r"setp\.(ge|lt)\.s32\s+%p\d+, %r\d+, %r\d+;"
+    sites = _count(base, diff_order)
+    assert sites >= 2 and _count(signed, diff_order) == 0
+    assert _count(signed, direct) == _count(base, direct) + sites
+
+
+@pytest.mark.kernel
+@needs_cutlass
 @pytest.mark.parametrize("fault", ["write_past_capacity", "padding_written"])
 def test_stray_row_faults_add_one_store_path(builds, fault):
     base, bad = builds[("pull", 2, "")], builds[("pull", 2, fault)]
