@@ -46,6 +46,17 @@ def _supports(pool):
     return declared_support(pool.spec.impl)
 
 
+def test_counter_wrap(pool):
+    """The implementation's call counter across its wraps (2^31 and 2^32 calls), reached through the contract's
+    ``advance_call_counter`` on a fresh instance: the calls before and after each boundary verified (values, exact
+    bits, padding, guards) with one rank late, the advance and the crossing checked. Fixed cases, each failure
+    prints its REPRO line; an implementation without a counter (``call_counter_bits`` None) is skipped."""
+    if not declared_counter_bits(pool.spec.impl):
+        pytest.skip(f"{pool.spec.impl} keeps no call counter the gate can advance (call_counter_bits is None)")
+    for case in wrap_cases(*_where(pool), supports=_supports(pool)):
+        check_case(pool, case)
+
+
 @settings(max_examples=examples("test_compute"))
 @given(data=st.data())
 def test_compute(pool, data):
@@ -68,17 +79,6 @@ def test_kernel_paths(pool):
     for i, path in enumerate(paths):
         for case in path_cases(path, i):
             check_case(pool, case)
-
-
-def test_counter_wrap(pool):
-    """The implementation's call counter across its wraps (2^31 and 2^32 calls), reached through the contract's
-    ``advance_call_counter`` on a fresh instance: the calls before and after each boundary verified (values, exact
-    bits, padding, guards) with one rank late, the advance and the crossing checked. Fixed cases, each failure
-    prints its REPRO line; an implementation without a counter (``call_counter_bits`` None) is skipped."""
-    if not declared_counter_bits(pool.spec.impl):
-        pytest.skip(f"{pool.spec.impl} keeps no call counter the gate can advance (call_counter_bits is None)")
-    for case in wrap_cases(*_where(pool), supports=_supports(pool)):
-        check_case(pool, case)
 
 
 @settings(max_examples=examples("test_layers"))
