@@ -204,14 +204,15 @@ PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "tes
 
 
 def kill_order(tgts: list[Target]) -> dict[str, list[str]]:
-    """impl -> the tests to run first: ``test_kernel_paths`` where the implementation declares kernel paths (a
-    fixed call of each: the cheapest catch of a bug on one of them), then those of its expected properties, in
-    the catalogue's order."""
-    from fuzz.strategies import declared_paths
+    """impl -> the tests to run first: ``test_counter_wrap`` where the implementation keeps a call counter and
+    ``test_kernel_paths`` where it declares kernel paths (fixed cases: the cheapest catch of a bug at the wrap or
+    on one path), then those of its expected properties, in the catalogue's order."""
+    from fuzz.strategies import declared_counter_bits, declared_paths
 
     order = {}
     for t in tgts:
-        first = ["test_kernel_paths"] if any(declared_paths(t.impl, w) for w in t.world_sizes) else []
+        first = ["test_counter_wrap"] if declared_counter_bits(t.impl) else []
+        first += ["test_kernel_paths"] if any(declared_paths(t.impl, w) for w in t.world_sizes) else []
         first += [PROPERTY_TEST.get(e, "test_compute") for e in t.expected]
         if first:
             order[t.impl] = list(dict.fromkeys(first))

@@ -182,6 +182,9 @@ def test_a_mutant_s_expected_properties_pick_which_tests_run_first():
     # an implementation that declares kernel paths has them called first (a fixed call each: the cheapest catch)
     order = meta.kill_order(meta.targets(["RarePathKPartDropped"]))
     assert order == {"mutants.catalogue:RarePathKPartDropped": ["test_kernel_paths", "test_compute"]}
+    # one that keeps a call counter has its two wrap cases first
+    order = meta.kill_order(meta.targets(["EpochZeroReused"]))
+    assert order == {"mutants.catalogue:EpochZeroReused": ["test_counter_wrap", "test_compute"]}
 
 
 def test_sessions_share_the_work_and_keep_world_size_sets_apart():
