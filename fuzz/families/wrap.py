@@ -93,7 +93,7 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             checks += check_call(ctx, own, case, call)[0]
         if len(set(values)) == 1:  # no call from the advance on used the counter: nothing ran at the wrap
             checks.append(skipped("counter_wrapped", f"no call from the advance on moved the counter ({values[0]}): "
-                                  f"this instance's calls at M = {case.ms[WRAP_LEAD:]} take paths without it (the "
+                                  f"this instance's calls at M = {case.ms[lead:]} take paths without it (the "
                                   "fused W = 1 GEMM counts its split-K calls only)", rank=r))
             return checks
         ok = crossed(values, bits, case.wrap)
