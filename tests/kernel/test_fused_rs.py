@@ -23,6 +23,7 @@ import torch
 from fuzz.case import Case, PoolSpec
 from fuzz.pool import RankPool
 from fuzz.status import Status
+from fuzz.strategies import wrap_cases
 from kernel.fused import cutlass_available
 from kernel.fused import wrapper as wrapper_mod
 from kernel.fused.workspace import (
@@ -228,6 +229,8 @@ def protocol_cases(W: int) -> list[Case]:
         Case("compute", seed=20, ms=[257, 1000, 385, 384, 257], kinds=["exact", "gaussian", "cancel", "cancel",
                                                                         "exact"], **SPLIT_SHAPE),
         Case("graph", seed=72, ms=[257], kind="exact", repeat=4, **SPLIT_SHAPE),
+        # the counter's wraps (2^31, 2^32 calls) through the wrapper's advance_call_counter, per protocol
+        *wrap_cases(W, "shared-gpu"),
     ]
 
 
