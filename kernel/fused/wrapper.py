@@ -739,10 +739,11 @@ class FusedGemmRs(GemmRsImplementation):
         self._group_quiet()
 
     def _group_quiet(self) -> None:
-        torch.cuda.synchronize(self.device)
+        """This rank's device work done, then a barrier of the group: no kernel of any rank still runs (collective)."""
         import torch.distributed as dist
 
-        if self.world_size > 1 and dist.is_available() and dist.is_initialized():
+        torch.cuda.synchronize(self.device)
+        if dist.is_available() and dist.is_initialized():
             dist.barrier(group=self.group)
 
     def guard_regions(self):
@@ -782,11 +783,7 @@ class FusedGemmRs(GemmRsImplementation):
         if self._fallback is not None:
             self._fallback.close()
         if self._workspace is not None:
-            import torch.distributed as dist
-
-            torch.cuda.synchronize(self.device)
-            if dist.is_available() and dist.is_initialized():
-                dist.barrier(group=self.group)
+            self._group_quiet()
             self._workspace.close()
             self._workspace = None
         if self._split is not None:
