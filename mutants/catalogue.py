@@ -399,6 +399,24 @@ class StaleAfterInplaceInputs(UnfusedGemmRs):
         return super()._run(self._x_stage[:M], self._w_stage, out, M)
 
 
+class WeightBoundAtFirstCall(UnfusedGemmRs):
+    """A weight descriptor built once: the first call's ``w`` is bound (a TMA descriptor or a pre-packed copy made
+    at the first call, "the weights of a layer never change") and every later call reads it, whatever ``w`` it
+    is given. Right for an engine that never swaps a layer's weight tensor; wrong the first time one does (a weight
+    reload or an RL weight sync into new tensors), while in-place weight updates still read right."""
+
+    name = "mutant-weight-bound-at-first-call"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._bound_w: torch.Tensor | None = None
+
+    def _run(self, x, w, out, M):
+        if self._bound_w is None:
+            self._bound_w = w
+        return super()._run(x, self._bound_w, out, M)
+
+
 class NondeterministicReduction(UnfusedGemmRs):
     """Bitwise nondeterminism: the cross-rank reduction differs from call to call (an autotuner or a
     timing-dependent path switching between a bf16 reduce of rounded partials and an fp32 reduce), so
@@ -880,6 +898,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # inputs (18th session): the caller's x changed by the call
     MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
     MutantSpec("EpochZeroReused", (2,), ("within_tolerance", "bitwise_equal")),
+    MutantSpec("WeightBoundAtFirstCall", (2,), ("batch_invariant", "within_tolerance")),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.
