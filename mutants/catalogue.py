@@ -897,7 +897,9 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("WorkspaceRegistry", (2,), ("released_on_close",)),
     # inputs (18th session): the caller's x changed by the call
     MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
+    # counters (19th session): right until the call counter wraps, reached through advance_call_counter
     MutantSpec("EpochZeroReused", (2,), ("within_tolerance", "bitwise_equal")),
+    # weights (19th session): a weight swapped into a new tensor between calls
     MutantSpec("WeightBoundAtFirstCall", (2,), ("batch_invariant", "within_tolerance")),
 )
 
