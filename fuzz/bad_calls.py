@@ -185,11 +185,15 @@ BAD_CALLS: dict[str, BadCall] = _entries(
     BadCall("out_overlaps_w", "out overlaps w", (LayoutError,), _overlaps_w, needs_out=True),
 )
 
+#: The capacity calls. Their out (the capacity family's) is sized for the call's own M where one can be: 0 rows
+#: for M = 0, S(max_M + 1) for max_M + 1, so M is the only thing wrong. Not for M = 2^40, an expanded (stride 0)
+#: x whose out cannot exist: an implementation that checks layouts or shapes before M rejects it with that typed
+#: error, which the contract allows (a ValueError subclass; any check order).
 CAPACITY_CALLS: dict[str, BadCall] = _entries(
     BadCall("zero", "M = 0", (CapacityError,), lambda g, S: (g.x[:0], g.w, g.out)),
     BadCall("over", "M just past max_M", (CapacityError,),
             lambda g, S: (g.x.repeat(-(-g.over_M // g.M), 1)[: g.over_M], g.w, g.out)),
-    BadCall("huge", "M = 2^40 (an expanded view: nothing materialised)", (CapacityError,),
+    BadCall("huge", "M = 2^40 (an expanded view: nothing materialised)", (CapacityError, LayoutError, ShapeError),
             lambda g, S: (torch.zeros(1, g.K, dtype=g.x.dtype, device=g.device).expand(1 << 40, g.K), g.w, g.out),
             watch_x=False),
 )

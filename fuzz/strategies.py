@@ -149,6 +149,35 @@ def wrap_cases(world_size: int, topology: str = "cpu",
     return cases
 
 
+def shard_boundary_ms(world_size: int) -> list[int]:
+    """M values where the last ranks run out of rows (M = W + 1, 2W + 1: S = 2, 3 with ranks holding none or
+    part of a shard -- a row count ``M - r * S`` going negative without its clamp at 0), and their neighbours
+    (2W - 1, 3W + 1), then W + 1 again after the largest (a stale row of the call before shows there)."""
+    W = world_size
+    return [W + 1, 2 * W + 1, 2 * W - 1, 3 * W + 1, W + 1]
+
+
+#: The shard-boundary case's seed and capacity.
+SHARD_BOUNDARY_SEED, SHARD_BOUNDARY_MAX_M = 9600, 512
+
+
+def shard_boundary_cases(world_size: int, topology: str = "cpu",
+                         supports: Callable[[int, int], Eligibility] | None = None) -> list[Case]:
+    """The fixed shard-boundary case: every rank of the whole world, ``out=`` a guarded sentinel buffer, the M of
+    :func:`shard_boundary_ms` in turn on exact and gaussian inputs (padding rows, an empty rank's rows and the
+    guards checked on every call). Random draws reach these M at W >= 4 about once a run, a TP subgroup's
+    boundaries almost never. A shape the implementation does not support moves to the nearest it does."""
+    m = machine(topology)
+    supports = supports or all_shapes
+    N, K = SHAPES[m][0]
+    if not supports(N, K):
+        N, K = nearest_supported(supports, N, K) or next((sh for sh in SHAPES[m] if supports(*sh)), (N, K))
+    ms = shard_boundary_ms(world_size)
+    kinds = [("exact", "gaussian")[i % 2] for i in range(len(ms))]
+    return [Case("compute", SHARD_BOUNDARY_SEED, N, K, SHARD_BOUNDARY_MAX_M, ms, "exact", "guarded", repeat=1,
+                 kinds=kinds)]
+
+
 def nearest_supported(supports: Callable[[int, int], Eligibility], N: int, K: int) -> tuple[int, int] | None:
     """The supported (N', K') >= (N, K) nearest to it (K first: the smaller step) within SNAP_WINDOW, or None."""
     for dk in range(SNAP_WINDOW[1]):

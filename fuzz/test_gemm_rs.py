@@ -30,6 +30,7 @@ from fuzz.strategies import (
     graph_cases,
     layer_cases,
     path_cases,
+    shard_boundary_cases,
     streams_cases,
     wrap_cases,
 )
@@ -54,6 +55,15 @@ def test_counter_wrap(pool):
     if not declared_counter_bits(pool.spec.impl):
         pytest.skip(f"{pool.spec.impl} keeps no call counter the gate can advance (call_counter_bits is None)")
     for case in wrap_cases(*_where(pool), supports=_supports(pool)):
+        check_case(pool, case)
+
+
+def test_shard_boundaries(pool):
+    """The M where the last ranks of the group run out of rows (W + 1, 2W + 1, ...: ranks with part of a shard
+    or none, S >= 2) on the whole world, ``out=`` a guarded sentinel buffer, exact and gaussian inputs: padding
+    rows, the empty ranks' rows and the guards checked on every call. A fixed case (the draw reaches these M
+    about once a run); its failure prints its REPRO line."""
+    for case in shard_boundary_cases(*_where(pool), supports=_supports(pool)):
         check_case(pool, case)
 
 

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from kernel import collectives
 from kernel.checks import check_m_in_range, check_operands, overlaps
+from kernel.errors import ShapeError
 from kernel.interface import KernelPath
 from kernel.unfused import UnfusedGemmRs
 
@@ -187,6 +188,29 @@ class PaddingRowsZeroed(UnfusedGemmRs):
         return y
 
 
+class EmptyRankNegativeRowCount(UnfusedGemmRs):
+    """A rank's valid rows computed as ``min(S, M - r * S)`` without the clamp at 0: a rank with no valid row
+    and S >= 2 (M = 5, W = 4: S = 2, rank 3 gets -1) stores ``out[:-1]``, its padding rows, from the
+    reduced padding (zeros). With ``out=None`` the padding is zeros anyway; only M in W < M < about W^2
+    reaches it."""
+
+    name = "mutant-empty-rank-negative-rows"
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        partials = self._partials[: self.world_size * S]
+        self._gemm(x, w, partials[:M])
+        partials[M:].zero_()
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, partials, self.group, self._staging)
+        n = min(S, M - self.rank * S)
+        if out is None:
+            out = torch.zeros(S, self.N, dtype=torch.bfloat16, device=self.device)
+        out[:n].copy_(shard[:n])
+        self.last_path = "unfused"
+        return out
+
+
 class PaddingRowsGarbage(UnfusedGemmRs):
     """Padding rows written with garbage: the masked rows of the tile are stored from a staging buffer
     that was never written for them (here: the workspace's tail, whatever it holds)."""
@@ -306,6 +330,47 @@ class WorkQueuedBeforeCheck(UnfusedGemmRs):
                 out.zero_()
             raise
         return self._run(x, w, out, M)
+
+
+class CollectiveBeforeCheck(UnfusedGemmRs):
+    """Out checked last: x and w are validated, the GEMM and the cross-rank reduction run into temporaries,
+    and only then is ``out`` checked. Nothing the caller holds changes, but the rejected call ran a
+    collective: a rank whose ``out`` alone is bad pairs it with its peers' next collective (or hangs them)."""
+
+    name = "mutant-collective-before-check"
+
+    def __call__(self, x, w, out=None):
+        M = check_operands(x, w, None, N=self.N, K=self.K, max_M=self.max_M, world_size=self.world_size,
+                           device=self.device)
+        partials = torch.zeros(self.world_size * self.shard_rows(M), self.N, dtype=torch.bfloat16,
+                               device=self.device)
+        torch.mm(x, w.t(), out=partials[:M])
+        if self.world_size > 1:
+            dist.all_reduce(partials, group=self.group)
+        self.validate(x, w, out)
+        return self._run(x, w, out, M)
+
+
+class RowStridedOutAccepted(UnfusedGemmRs):
+    """A padded-row ``out`` (right shape, unit column stride, row stride > N) accepted and written as if its
+    rows were dense: the epilogue computes row addresses from N, not from ``out.stride(0)``."""
+
+    name = "mutant-row-strided-out"
+
+    def validate(self, x, w, out):
+        if isinstance(out, torch.Tensor) and out.dim() == 2 and out.stride(1) == 1 and not out.is_contiguous():
+            M = super().validate(x, w, None)
+            if tuple(out.shape) != (self.shard_rows(M), self.N):
+                raise ShapeError(f"out is {tuple(out.shape)}, expected {(self.shard_rows(M), self.N)}")
+            return M
+        return super().validate(x, w, out)
+
+    def _run(self, x, w, out, M):
+        if out is None or out.is_contiguous():
+            return super()._run(x, w, out, M)
+        y = super()._run(x, w, None, M)
+        torch.as_strided(out, out.shape, (out.shape[1], 1)).copy_(y)
+        return out
 
 
 class WrongDtypeAccepted(UnfusedGemmRs):
@@ -454,6 +519,27 @@ class NaNSwallowed(UnfusedGemmRs):
         n_valid = self.valid_rows(M)
         y[:n_valid].copy_(torch.nan_to_num(y[:n_valid], nan=0.0, posinf=float("inf"), neginf=float("-inf")))
         return y
+
+
+class NaNWeightSanitized(UnfusedGemmRs):
+    """Weights sanitised when packed (``nan_to_num`` in the weight-prepack step): a NaN/Inf in w_r is lost,
+    the result finite where the reference's is not. Non-finite values in x still propagate."""
+
+    name = "mutant-nan-weight-sanitized"
+
+    def _gemm(self, x, w, partials):
+        super()._gemm(x, torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0), partials)
+
+
+class ZeroRowSkip(UnfusedGemmRs):
+    """A sparsity shortcut: all-zero rows of x give zero rows of the partial without reading w, so
+    ``0 * NaN`` (a NaN weight) comes out 0 instead of NaN."""
+
+    name = "mutant-zero-row-skip"
+
+    def _gemm(self, x, w, partials):
+        super()._gemm(x, w, partials)
+        partials[(x == 0).all(dim=1)] = 0
 
 
 class NaNStickyInWorkspace(UnfusedGemmRs):
@@ -864,6 +950,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("NondeterministicReduction", (2,), ("repeatable",)),
     MutantSpec("NaNSwallowed", (2,), ("nonfinite_pattern_matches",)),
     MutantSpec("NaNStickyInWorkspace", (2,), ("nonfinite_pattern_matches", "fresh_per_call")),
+    MutantSpec("NaNWeightSanitized", (2,), ("nonfinite_pattern_matches",)),
+    MutantSpec("ZeroRowSkip", (2,), ("nonfinite_pattern_matches",)),
     MutantSpec("SmallTilesSkipped", (2,), ("within_tolerance",)),
     MutantSpec("OutputScaledSlightly", (2,), ("bitwise_equal", "within_tolerance")),
     MutantSpec("NoValidRowsSkipsCollective", (2,), ("hang", "within_tolerance", "path_taken")),
@@ -897,6 +985,11 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("WorkspaceRegistry", (2,), ("released_on_close",)),
     # inputs (18th session): the caller's x changed by the call
     MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
+    # audit (20th session): a bad operand decided after a collective; a padded-row out written dense; the empty
+    # rank's row count not clamped at 0
+    MutantSpec("CollectiveBeforeCheck", (2,), ("bad_call_rejected", "capacity_rejected")),
+    MutantSpec("RowStridedOutAccepted", (2,), ("bad_call_rejected",)),
+    MutantSpec("EmptyRankNegativeRowCount", (4,), ("padded_rows_untouched",)),
     # counters (19th session): right until the call counter wraps, reached through advance_call_counter
     MutantSpec("EpochZeroReused", (2,), ("within_tolerance", "bitwise_equal")),
     # weights (19th session): a weight swapped into a new tensor between calls
@@ -955,8 +1048,6 @@ class UnalignedMRejected(UnfusedGemmRs):
 
     def validate(self, x, w, out):
         if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[0] % self.world_size:
-            from kernel.errors import ShapeError
-
             raise ShapeError(f"M={x.shape[0]} is not a multiple of W={self.world_size}")
         return super().validate(x, w, out)
 

@@ -200,7 +200,8 @@ PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "tes
                  "other_instances_untouched": "test_layers", "dispatch_graph_replay": "test_layers",
                  "stream_ordered_result": "test_streams", "stream_ordered_exact": "test_streams",
                  "stream_ordered_padding": "test_streams", "call_raised": "test_layers",
-                 "memory_bounded": "test_layers", "released_on_close": "test_layers"}
+                 "memory_bounded": "test_layers", "released_on_close": "test_layers",
+                 "padded_rows_untouched": "test_shard_boundaries"}
 
 
 def kill_order(tgts: list[Target]) -> dict[str, list[str]]:

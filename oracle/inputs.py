@@ -14,7 +14,9 @@ Kinds:
   magic ``atol`` would hide it).
 * ``large``     — gaussian scaled so results are ~2**100 (no overflow in bf16/fp32, range exercised).
 * ``zeros``     — all zero.
-* ``nonfinite`` — gaussian with a few NaN / +Inf / -Inf planted in x_r (rank-dependent positions).
+* ``nonfinite`` — gaussian with a few NaN / +Inf / -Inf planted in x_r (rank-dependent positions); one rank
+  (``seed % W``) also has one NaN in w_r, and every rank one all-zero row of x_r (none of the planted values in
+  it): ``0 * NaN`` is NaN, so a kernel that skips zero rows or sanitises its weights loses that NaN.
 * ``skewed``    — gaussian, but rank W-1's inputs scaled by 2**-12: its contribution is small
   against the other ranks' (exact mode, not tolerance, is what catches dropping it).
 * ``cancel``    — catastrophic cancellation along K: with h = K // 2, x's columns h..2h-1 repeat its columns
@@ -116,6 +118,8 @@ def _make_w(seed: int, rank: int, N: int, K: int, world_size: int, kind: str, de
         return _dense("int", seed, rank, "w", (0, N), K, 1.0, device)
     scale = KIND_SCALE.get(kind, 1.0) / K**0.5
     w = _dense("gauss", seed, rank, "w", (0, N), K, scale, device)
+    if kind == "nonfinite" and N * K and rank == seed % world_size:
+        w.view(-1)[int(torch.randint(0, N * K, (1,), generator=_gen(seed, rank, "nonfinite-w")))] = float("nan")
     return _cancelling_w(w) if kind == "cancel" else w
 
 
@@ -144,7 +148,19 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
             r, c = divmod(flat, K)
             if start <= r < stop:
                 x[r - start, c] = value
+        z = zero_row(seed, rank, M, K)
+        if z is not None and start <= z < stop:
+            x[z - start] = 0
     return x.contiguous()
+
+
+def zero_row(seed: int, rank: int, M: int, K: int) -> int | None:
+    """The nonfinite kind's all-zero row of x_r: a row none of the planted values is in (None where every row
+    holds one)."""
+    picks = torch.randint(0, M * K, (3,), generator=_gen(seed, rank, "nonfinite"))
+    taken = {flat // K for flat in picks.tolist()}
+    start = rank_seed(seed, rank, "nonfinite-zero-row") % M
+    return next(((start + i) % M for i in range(M) if (start + i) % M not in taken), None)
 
 
 def _cancelling_x(x: torch.Tensor) -> torch.Tensor:

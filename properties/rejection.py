@@ -1,5 +1,9 @@
 """What a call raises. A bad call is rejected with the expected error type and changes nothing: every
-watched tensor (out, the inputs, workspaces, flags) keeps its bytes (``rejected_cleanly``). Under
+watched tensor (out, the inputs, workspaces, flags) keeps its bytes, and it runs no collective before it
+raises (``rejected_cleanly``): a rank whose operand alone is bad would pair that collective with its peers'
+next one, or hang them. An out-of-range M is rejected before any work at all is queued (``no_work``: the
+contract's "before any GPU work is queued"). The ops a rejected call ran are seen through a
+``TorchDispatchMode`` (aten and c10d ops; a kernel launched by other means is seen by what it wrote). Under
 ``python -O`` too — the check is a call and a comparison, not an ``assert``. A valid call raises nothing:
 one that does is the implementation's failure (``call_raised``), with the exception's type, message and
 traceback — not an error of the harness."""
@@ -9,17 +13,44 @@ from __future__ import annotations
 import traceback
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .result import CheckResult, read_back
 
+#: Namespaces of collective ops (``dist.*`` and functional collectives go through them).
+COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "c10d_functional", "_dtensor"})
+#: aten ops that queue no work: an uninitialised allocation, metadata (views are recognised by their schema).
+NO_WORK_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach",
+                         "alias", "lift_fresh", "is_contiguous", "sym_size", "sym_stride", "sym_numel",
+                         "sym_storage_offset", "is_same_size"})
+
+
+class OpsSeen(TorchDispatchMode):
+    """The collectives and the work (any other op that is not a view or in :data:`NO_WORK_OPS`) run inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.collectives: list[str] = []
+        self.work: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in COLLECTIVE_NAMESPACES:
+            self.collectives.append(str(func))
+        elif not (func.is_view or (func.namespace == "aten" and func._opname in NO_WORK_OPS)):
+            self.work.append(str(func))
+        return func(*args, **(kwargs or {}))
+
 
 def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[str, torch.Tensor], *, rank=None,
-                     name="rejected_cleanly") -> CheckResult:
-    """Run ``call()``; pass iff it raises ``expected`` and no tensor in ``watched`` changed."""
+                     name="rejected_cleanly", no_work: bool = False) -> CheckResult:
+    """Run ``call()``; pass iff it raises ``expected``, no tensor in ``watched`` changed and, before it raised,
+    it ran no collective (and, ``no_work``, no op that queues work)."""
     before = {k: v.detach().clone() for k, v in watched.items()}
     raised: BaseException | None = None
+    seen = OpsSeen()
     try:
-        call()
+        with seen:
+            call()
     except BaseException as exc:  # noqa: BLE001 — the point is to see what it raised
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -40,8 +71,22 @@ def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[
     if changed:
         ok = False
         detail += f"; changed: {', '.join(changed)}"
+    if raised is not None and seen.collectives:
+        ok = False
+        detail += (f"; ran {_listed(seen.collectives)} before it raised (a rank whose operand alone is bad pairs it "
+                   f"with its peers' next collective, or hangs them)")
+    if raised is not None and no_work and seen.work:
+        ok = False
+        detail += f"; queued work before it raised: {_listed(seen.work)} (the check must come first)"
     return CheckResult(name=name, passed=ok, rank=rank, total=len(watched), n_wrong=len(changed), detail=detail,
-                       extra={"raised": type(raised).__name__ if raised else None})
+                       extra={"raised": type(raised).__name__ if raised else None,
+                              "collectives_before_raise": list(dict.fromkeys(seen.collectives)) if raised else [],
+                              "work_before_raise": list(dict.fromkeys(seen.work)) if raised else []})
+
+
+def _listed(ops: list[str]) -> str:
+    names = list(dict.fromkeys(ops))
+    return ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

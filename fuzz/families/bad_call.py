@@ -24,29 +24,41 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     else:
         raise ValueError(f"unknown bad call {case.bad!r}: one of {sorted(BAD_CALLS)} or 'all'")
     W = ctx.world_size
-    M = aligned_if_waived(impl, case.ms[0], W, case.max_M)
     out_waived = waiver(impl, "out_param")
-    out = None if out_waived else sentinel_like((shard_rows(M, W), case.N), device=ctx.device)
-    good = GoodCall(ctx.x(case, case.seed, M), ctx.w(case, case.seed), out, case.max_M,
-                    aligned_if_waived(impl, case.max_M + 1, W))
+    goods: dict[int, GoodCall] = {}
+
+    def good_at(M: int) -> GoodCall:
+        if M not in goods:
+            out = None if out_waived else sentinel_like((shard_rows(M, W), case.N), device=ctx.device)
+            goods[M] = GoodCall(ctx.x(case, case.seed, M), ctx.w(case, case.seed), out, case.max_M,
+                                aligned_if_waived(impl, case.max_M + 1, W))
+        return goods[M]
+
+    drawn = aligned_if_waived(impl, case.ms[0], W, case.max_M)
+    # an entry that is no bad call at the drawn M (a padded-row out needs S >= 2 rows) runs at the smallest M
+    # where it is one: 2W + 1 (S = 3), not skipped
+    wider = aligned_if_waived(impl, min(case.max_M, 2 * W + 1), W, case.max_M)
     checks = []
     for entry in entries:
+        M = drawn
+        if not entry.applies(good_at(M), shard_rows(M, W)):
+            M = wider
         if out_waived and entry.needs_out:
             res = skipped("bad_call_rejected", f"{entry.name}: waived by the implementation: {out_waived}",
                           rank=ctx.rank)
-        elif not entry.applies(good, shard_rows(M, W)):
-            res = skipped("bad_call_rejected", f"{entry.name}: not a bad call at M={M}, N={case.N}, W={W} "
-                          f"({entry.what}: a valid layout here)", rank=ctx.rank, per_example=True)
+        elif not entry.applies(good_at(M), shard_rows(M, W)):
+            res = skipped("bad_call_rejected", f"{entry.name}: not a bad call at M={drawn} nor {M}, N={case.N}, "
+                          f"W={W} ({entry.what}: a valid layout here)", rank=ctx.rank, per_example=True)
         else:
-            judge = (lambda y: judge_accepted(ctx, case, M, y)) if entry.same_values else None
-            res = reject(ctx, impl, entry, good, name="bad_call_rejected", judge=judge)
+            judge = (lambda y, M=M: judge_accepted(ctx, case, M, y)) if entry.same_values else None
+            res = reject(ctx, impl, entry, good_at(M), name="bad_call_rejected", judge=judge)
         res.extra.update(bad=entry.name, M=M)
         checks.append(res)
     return checks
 
 
 def reject(ctx: RankContext, impl, entry: BadCall, good: GoodCall, *, name: str, judge=None,
-           watched: dict[str, torch.Tensor] | None = None) -> CheckResult:
+           watched: dict[str, torch.Tensor] | None = None, no_work: bool = False) -> CheckResult:
     """Make ``entry``'s bad call from ``good`` and check it is rejected cleanly: its typed error (any
     exception where the implementation waives ``typed_errors``), nothing watched changed (w, the
     implementation's state tensors, the operands as passed, ``watched``). ``judge(y)`` -> (ok, why) says,
@@ -62,7 +74,7 @@ def reject(ctx: RankContext, impl, entry: BadCall, good: GoodCall, *, name: str,
     def call():
         accepted["y"] = impl(x, w, out=out)
 
-    res = rejected_cleanly(call, expected, watch, rank=ctx.rank, name=name)
+    res = rejected_cleanly(call, expected, watch, rank=ctx.rank, name=name, no_work=no_work)
     if "y" in accepted and judge is not None:
         ok, why = judge(accepted["y"])
         res.extra["accepted_result_correct"] = ok

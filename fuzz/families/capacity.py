@@ -1,7 +1,8 @@
 """The capacity family: an out-of-range M (``bad``: a key of :data:`fuzz.bad_calls.CAPACITY_CALLS` —
-"zero", "over", "huge") is rejected with CapacityError before any work and changes nothing, out's guard
-rows included (``capacity_rejected``); then a valid call on the same instance still passes every
-per-call property (the instance works after a rejected call)."""
+"zero", "over", "huge") is rejected with CapacityError before any work (no op but views, metadata and empty
+allocations: properties.rejection) and changes nothing, out's guard rows included (``capacity_rejected``);
+then a valid call on the same instance still passes every per-call property (the instance works after a
+rejected call)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,16 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     reason = waiver(impl, "capacity_check")
     if reason:
         return [skipped("capacity_rejected", f"waived by the implementation: {reason}", rank=r)]
-    guarded = Guarded(shard_rows(case.max_M, W), case.N, device=ctx.device)
+    over_M = aligned_if_waived(impl, case.max_M + 1, W)
+    # out sized for the M of the call where it can be (fuzz.bad_calls.CAPACITY_CALLS): M is the only thing
+    # wrong, so an implementation that checks out's shape first is not failed for raising ShapeError
+    rows = {"zero": 0, "over": shard_rows(over_M, W)}.get(case.bad, shard_rows(case.max_M, W))
+    guarded = Guarded(rows, case.N, device=ctx.device)
     guarded.payload.copy_(sentinel_like(guarded.payload.shape, device=ctx.device))
     M_good = aligned_if_waived(impl, case.ms[0], W, case.max_M)
-    good = GoodCall(ctx.x(case, case.seed, M_good), ctx.w(case, case.seed), guarded.payload, case.max_M,
-                    aligned_if_waived(impl, case.max_M + 1, W))
-    res = reject(ctx, impl, entry, good, name="capacity_rejected", watched={"out (with guards)": guarded.buffer})
+    good = GoodCall(ctx.x(case, case.seed, M_good), ctx.w(case, case.seed), guarded.payload, case.max_M, over_M)
+    res = reject(ctx, impl, entry, good, name="capacity_rejected", watched={"out (with guards)": guarded.buffer},
+                 no_work=True)
     res.extra["bad"] = case.bad
     ctx.barrier()  # nobody's next call may touch a peer's state before that peer compared it
     after, _, _ = verified_call(ctx, impl, case, M_good, case.seed + 1, tag="after_reject", late=False)

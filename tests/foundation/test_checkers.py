@@ -257,6 +257,51 @@ def test_rejected_cleanly_fails_when_the_rejection_changed_something():
     _assert_fails(res, "rank 5", "Mismatched elements: 2 / 2", "changed: out, view")
 
 
+def test_rejected_cleanly_fails_when_a_collective_ran_before_the_raise():
+    import torch.distributed as dist
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        x = torch.ones(4, 8)
+
+        def reduce_then_raise():
+            dist.all_reduce(x.clone())  # a temporary: nothing watched changes
+            raise ShapeError("out checked last")
+
+        res = rejected_cleanly(reduce_then_raise, ShapeError, {"x": x}, rank=1)
+        _assert_fails(res, "ran c10d.allreduce_", "before it raised", "hangs them")
+        assert res.extra["collectives_before_raise"] == ["c10d.allreduce_.default"]
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def test_rejected_cleanly_no_work_fails_on_work_before_the_raise_and_allows_metadata():
+    x = torch.ones(4, 8)
+
+    def compute_then_raise():
+        torch.mm(x, x.t())
+        raise CapacityError("M checked after the GEMM")
+
+    def metadata_then_raise():
+        x[:2].t().contiguous().view(-1)  # a view of a view made contiguous: a copy -- work
+        raise CapacityError("too late")
+
+    def views_then_raise():
+        x.stride(), x.is_contiguous(), x[1:].t(), torch.empty(3, 3), x.expand(2, 4, 8)
+        raise CapacityError("M > max_M")
+
+    _assert_fails(rejected_cleanly(compute_then_raise, CapacityError, {"x": x}, no_work=True),
+                  "queued work before it raised: aten.mm.default")
+    _assert_fails(rejected_cleanly(metadata_then_raise, CapacityError, {"x": x}, no_work=True),
+                  "queued work before it raised: aten.clone")
+    _assert_pass_and_raise_protocol(rejected_cleanly(views_then_raise, CapacityError, {"x": x}, no_work=True))
+    # without no_work (a bad call), work on temporaries before the raise changes nothing and is allowed
+    assert rejected_cleanly(compute_then_raise, CapacityError, {"x": x}).passed
+
+
 # --- repeatable ---------------------------------------------------------------------------------
 
 

@@ -143,3 +143,20 @@ def test_the_device_builds_the_hosts_bits(kind):
                                   seeded_rows(11, kind, (5, 40), 300, 200, 192, 4, dev)):
         assert xg.device.type == wg.device.type == "cuda"
         assert _same_bits(xh, xg) and _same_bits(wh, wg)
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 8])
+def test_nonfinite_kind_has_a_nan_weight_on_one_rank_and_a_zero_row_on_every_rank(W):
+    # a zero row of x times a NaN weight is NaN: a kernel that skips zero rows or sanitises w loses it
+    for seed in range(4):
+        for r in range(W):
+            w = make_w(seed, r, 40, 96, W, "nonfinite")
+            assert int(torch.isnan(w).sum()) == (1 if r == seed % W else 0)
+            assert bool(torch.isfinite(w[~torch.isnan(w).any(1)]).all())
+            x = make_x(seed, r, 37, 96, W, "nonfinite")
+            zero = (x == 0).all(1)
+            z = inputs.zero_row(seed, r, 37, 96)
+            assert z is not None and bool(zero[z]) and int(zero.sum()) == 1
+            assert int(torch.isnan(x).sum()) == 1 and int(torch.isinf(x).sum()) == 2
+            assert torch.equal(make_x(seed, r, 37, 96, W, "nonfinite", rows=(z, z + 1)).view(torch.int16),
+                               x[z : z + 1].view(torch.int16))
