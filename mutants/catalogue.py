@@ -800,6 +800,21 @@ class InputRescaledInPlace(UnfusedGemmRs):
         return y
 
 
+class XPaddedInPlace(UnfusedGemmRs):
+    """x padded to the group's W * S rows in place where its storage has room (a packed activation buffer):
+    the rows after x -- the caller's next tensor -- zeroed and x's storage read as the zero-padded operand, no
+    copy. The result is right and x itself unchanged; its neighbours are not."""
+
+    name = "mutant-x-padded-in-place"
+
+    def _run(self, x, w, out, M):
+        rows = self.world_size * self.shard_rows(M)
+        room = x.untyped_storage().nbytes() // x.element_size() - x.storage_offset()
+        if rows > M and room >= rows * self.K:
+            torch.as_strided(x, (rows, self.K), (self.K, 1))[M:].zero_()
+        return super()._run(x, w, out, M)
+
+
 class EpochStamped(UnfusedGemmRs):
     """Not a bug: the correct implementation with a flag protocol's call counter, emulated on the host -- a
     staging buffer of the shard in 64-row blocks, each with a ready word holding the epoch the block was last
@@ -985,6 +1000,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("WorkspaceRegistry", (2,), ("released_on_close",)),
     # inputs (18th session): the caller's x changed by the call
     MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
+    MutantSpec("XPaddedInPlace", (2,), ("inputs_untouched",)),
     # audit (20th session): a bad operand decided after a collective; a padded-row out written dense; the empty
     # rank's row count not clamped at 0
     MutantSpec("CollectiveBeforeCheck", (2,), ("bad_call_rejected", "capacity_rejected")),

@@ -11,8 +11,10 @@
   had when it was returned: a later call must not change what the caller holds;
 * ``inputs_untouched`` — a call leaves ``x`` and ``w`` with the bits they had before it: the caller's
   activations and weights are read-only to the implementation (an input used as scratch, scaled in place and
-  scaled back with rounding, a weight transposed in place). Compared on the inputs' device right after each
-  call (:func:`watch_inputs`, :func:`inputs_changed`: no wait), read back once at the end of the case.
+  scaled back with rounding, a weight transposed in place), and so are the bytes around a view of a larger
+  buffer (the whole buffer is compared: x padded to its shard rows in place). Compared on the inputs' device
+  right after each call (:func:`watch_inputs`, :func:`inputs_changed`: no wait), read back once at the end of
+  the case.
 """
 
 from __future__ import annotations
@@ -120,15 +122,22 @@ def results_unchanged(held: list[tuple[str, torch.Tensor, torch.Tensor]], *, ran
 
 
 def watch_inputs(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copies of a call's ``x`` and ``w``, taken before it (:func:`inputs_changed` compares after it)."""
-    return x.detach().clone(), w.detach().clone()
+    """Copies of a call's ``x`` and ``w`` -- of the whole buffer each is a view of, where it is one (the bytes
+    around the operand are the caller's too: a packed activation's neighbours) -- taken before it
+    (:func:`inputs_changed` compares after it)."""
+    return extent(x).detach().clone(), extent(w).detach().clone()
+
+
+def extent(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose storage ``t`` views (``t`` itself when it views none)."""
+    return t._base if t._base is not None else t
 
 
 def inputs_changed(x: torch.Tensor, w: torch.Tensor, before: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """bool[2] on the inputs' device: whether ``x``, ``w`` differ in any byte from ``before``. Queued right after
-    the call on the current stream (it sees the call's stream-ordered writes, and none of the caller's later
-    ones); nothing waits for it here."""
-    return torch.stack([_any_word_differs(x, before[0]), _any_word_differs(w, before[1])])
+    """bool[2] on the inputs' device: whether ``x``, ``w`` (their whole buffers) differ in any byte from
+    ``before``. Queued right after the call on the current stream (it sees the call's stream-ordered writes, and
+    none of the caller's later ones); nothing waits for it here."""
+    return torch.stack([_any_word_differs(extent(x), before[0]), _any_word_differs(extent(w), before[1])])
 
 
 def inputs_untouched(changed: list[tuple[str, torch.Tensor]], *, rank=None, name="inputs_untouched") -> CheckResult:
@@ -144,5 +153,5 @@ def inputs_untouched(changed: list[tuple[str, torch.Tensor]], *, rank=None, name
     what = ", ".join(f"{label}: {' and '.join(which)}" for label, which in bad)
     return CheckResult(name=name, passed=False, rank=rank, total=n, n_wrong=len(bad),
                        extra={"changed": [label for label, _ in bad]},
-                       detail=f"{len(bad)} of {n} calls changed their inputs ({what}): x and w are the caller's, "
-                              "read-only to the implementation")
+                       detail=f"{len(bad)} of {n} calls changed their inputs ({what}): x and w, and the buffers "
+                              "they are views of, are the caller's, read-only to the implementation")

@@ -301,17 +301,22 @@ class RankContext:
 OFFSET_HEAD_VALUE = 3.0
 #: Storage offsets must keep a view 16-byte aligned (the contract's alignment): multiples of 8 bf16 elements.
 OFFSET_ALIGN = 8
+#: Rows of the buffer after an offset view's data (OFFSET_HEAD_VALUE too): the caller's next tensor in a packed
+#: buffer, where a kernel that pads x to its tile or shard rows in place (the storage has room) would write.
+OFFSET_TAIL_ROWS = 16
 
 
 def offset_view(t: torch.Tensor, offset: int, device) -> torch.Tensor:
     """``t`` on ``device``, as a contiguous view starting ``offset`` elements into a larger buffer (``offset``
-    0: a plain tensor). The head holds OFFSET_HEAD_VALUE."""
+    0: a plain tensor). The head and a tail of OFFSET_TAIL_ROWS rows hold OFFSET_HEAD_VALUE; a call's
+    ``inputs_untouched`` compares the whole buffer (``fuzz.families.calls.watch_inputs``)."""
     if not offset:
         return t.to(device)
     if offset % OFFSET_ALIGN or offset < 0:
         raise ValueError(f"offset {offset} must be a non-negative multiple of {OFFSET_ALIGN} (16-byte aligned views)")
-    buf = torch.full((offset + t.numel(),), OFFSET_HEAD_VALUE, dtype=t.dtype, device=device)
-    view = buf[offset:].view(t.shape)
+    tail = OFFSET_TAIL_ROWS * (t.shape[-1] if t.dim() else 1)
+    buf = torch.full((offset + t.numel() + tail,), OFFSET_HEAD_VALUE, dtype=t.dtype, device=device)
+    view = buf[offset : offset + t.numel()].view(t.shape)
     view.copy_(t)
     return view
 

@@ -49,3 +49,21 @@ def test_every_eager_call_is_watched_and_an_input_rescaled_in_place_fails():
     assert len(watched) == 1 and watched[0].passed and watched[0].total >= 2, [c.detail for c in failed_checks(ok)]
     failed = failed_checks(run_on_one_cpu_rank(InputRescaledInPlace, CASE), "inputs_untouched")
     assert len(failed) == 1 and "calls changed their inputs" in failed[0].detail and ": x" in failed[0].detail
+
+
+@pytest.mark.parametrize("where", ["head", "tail"])
+def test_a_write_around_an_offset_view_fails_the_view_itself_unchanged(where):
+    from fuzz.families.context import OFFSET_TAIL_ROWS, offset_view
+
+    x0, w = _pair()
+    x = offset_view(x0, 8, "cpu")  # a packed buffer: 8 elements before x, OFFSET_TAIL_ROWS rows after it
+    before = watch_inputs(x, w)
+    buf = x._base
+    if where == "head":
+        buf[3] = 0
+    else:
+        buf[8 + x.numel() + OFFSET_TAIL_ROWS * 16 - 1] = 0
+    assert torch.equal(x, x0)
+    check = inputs_untouched([("call0 (M=8)", inputs_changed(x, w, before))])
+    assert not check.passed and "call0 (M=8): x" in check.detail and "buffers they are views of" in check.detail
+
