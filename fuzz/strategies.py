@@ -104,6 +104,12 @@ def declared_counter_bits(impl: str) -> int | None:
     return _declared(impl, "call_counter_bits")
 
 
+def declared_waiver(impl: str, clause: str) -> str | None:
+    """The reason the implementation ``impl``'s class gives for waiving the contract clause ``clause``
+    (``waived_clauses``), or None."""
+    return (_declared(impl, "waived_clauses") or {}).get(clause)
+
+
 def path_cases(path, index: int) -> list[Case]:
     """The cases of one declared kernel path (:func:`declared_paths`): a compute case calling it on gaussian,
     cancellation and exact inputs with a call of another M in between (the 64-row tiles' M = 1, or 129), the
