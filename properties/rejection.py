@@ -33,6 +33,12 @@ class OpsSeen(TorchDispatchMode):
         self.collectives: list[str] = []
         self.work: list[str] = []
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch's hook: unwrapped, the dispatch method does not import torch._dynamo at its first call (1.5-2.7 s
+        # in every new rank process); it never runs under torch.compile
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace in COLLECTIVE_NAMESPACES:
             self.collectives.append(str(func))
