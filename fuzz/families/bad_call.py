@@ -61,7 +61,8 @@ def reject(ctx: RankContext, impl, entry: BadCall, good: GoodCall, *, name: str,
            watched: dict[str, torch.Tensor] | None = None, no_work: bool = False) -> CheckResult:
     """Make ``entry``'s bad call from ``good`` and check it is rejected cleanly: its typed error (any
     exception where the implementation waives ``typed_errors``), nothing watched changed (w, the
-    implementation's state tensors, the operands as passed, ``watched``). ``judge(y)`` -> (ok, why) says,
+    implementation's state tensors, the operands as passed, ``watched``), no collective ran before the raise
+    (``no_work``: no work at all: properties.rejection). ``judge(y)`` -> (ok, why) says,
     for an accepted call, whether its result was right."""
     x, w, out = entry.build(good, shard_rows(good.M, ctx.world_size))
     expected = Exception if waiver(impl, "typed_errors") else entry.expected
