@@ -43,7 +43,8 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
           head holds other values — valid operands, computed right (a kernel given the storage's base pointer
           instead of data_ptr() reads the head).
 capacity  an out-of-range M (``bad``: "zero", "over", "huge") is rejected with CapacityError before any
-          work and changes nothing (capacity_rejected), then a valid call still passes 1-6.
+          work and changes nothing (capacity_rejected), on a GPU also inside a CUDA-graph capture
+          (capacity_rejected_in_capture), then a valid call still passes 1-6.
 bad_call  an invalid call from the bad-call table (fuzz/bad_calls.py; ``bad``: one of its names, or "all"
           for every one in turn on the same instance) raises its typed error and changes nothing
           (bad_call_rejected).

@@ -146,8 +146,7 @@ def wrap_cases(world_size: int, topology: str = "cpu",
     supports = supports or all_shapes
     cases = []
     for i, (wrap, N, K, max_M, ms) in enumerate(WRAP_PLAN[m]):
-        if not supports(N, K):
-            N, K = nearest_supported(supports, N, K) or next((s for s in SHAPES[m] if supports(*s)), (N, K))
+        N, K = supported_shape(supports, N, K, m)
         late = world_size - 1 if world_size > 1 else None
         cases.append(Case("wrap", 9500 + i, N, K, max_M, list(ms), "exact", "guarded", repeat=1,
                           kinds=list(WRAP_KINDS), late_rank=late, delay_ms=30 if late is not None else 0,
@@ -175,13 +174,46 @@ def shard_boundary_cases(world_size: int, topology: str = "cpu",
     boundaries almost never. A shape the implementation does not support moves to the nearest it does."""
     m = machine(topology)
     supports = supports or all_shapes
-    N, K = SHAPES[m][0]
-    if not supports(N, K):
-        N, K = nearest_supported(supports, N, K) or next((sh for sh in SHAPES[m] if supports(*sh)), (N, K))
+    N, K = supported_shape(supports, *SHAPES[m][0], m)
     ms = shard_boundary_ms(world_size)
     kinds = [("exact", "gaussian")[i % 2] for i in range(len(ms))]
     return [Case("compute", SHARD_BOUNDARY_SEED, N, K, SHARD_BOUNDARY_MAX_M, ms, "exact", "guarded", repeat=1,
                  kinds=kinds)]
+
+
+#: The smallest shapes (N = 1, K = 1, both), each beside the machine's first listed shape: a (1, K) weight, an
+#: (M, 1) x and an (S, 1) result are where a GEMV fast path, a squeeze or a 16-byte row assumption breaks; the draw
+#: never reaches them (TAIL_RANGES start at 2 for the bad-call table's layout entries).
+SMALLEST_SEED, SMALLEST_MAX_M = 9700, 512
+
+
+def smallest_shape_ms(world_size: int, aligned: bool = False) -> list[int]:
+    """A ragged shard (2W + 1), one row (M = 1: every rank past the first empty), W + 1; with ``aligned`` (an
+    implementation that waives unaligned M) the multiples of W nearest them: 2W, W, 3W."""
+    W = world_size
+    return [2 * W, W, 3 * W] if aligned else [2 * W + 1, 1, W + 1]
+
+
+def smallest_shape_cases(world_size: int, topology: str = "cpu", aligned: bool = False) -> list[Case]:
+    """The fixed smallest-shape cases, (1, K0), (N0, 1) and (1, 1) with (N0, K0) the machine's first listed shape:
+    the whole world, ``out=`` a guarded sentinel buffer (for (1, 1): no ``out``, the result allocated by the call),
+    exact, non-finite and gaussian inputs. A shape the
+    implementation does not declare stays as it is: it must then be rejected with a typed error or take the
+    fallback per can_run (the families' support check)."""
+    N0, K0 = SHAPES[machine(topology)][0]
+    ms = smallest_shape_ms(world_size, aligned)
+    kinds = ["exact", "nonfinite", "gaussian"]
+    return [Case("compute", SMALLEST_SEED + i, N, K, SMALLEST_MAX_M, list(ms), "exact", out, repeat=1,
+                 kinds=list(kinds))
+            for i, (N, K, out) in enumerate(((1, K0, "guarded"), (N0, 1, "guarded"), (1, 1, "none")))]
+
+
+def supported_shape(supports: Callable[[int, int], Eligibility], N: int, K: int, where: str) -> tuple[int, int]:
+    """(N, K) itself where the implementation supports it, else the nearest supported shape above it, else the
+    first listed shape of the machine ``where`` it supports (else (N, K): the family's support check then says why)."""
+    if supports(N, K):
+        return N, K
+    return nearest_supported(supports, N, K) or next((sh for sh in SHAPES[where] if supports(*sh)), (N, K))
 
 
 def nearest_supported(supports: Callable[[int, int], Eligibility], N: int, K: int) -> tuple[int, int] | None:

@@ -908,6 +908,31 @@ class PathByLocalRows(UnfusedGemmRs):
         return None
 
 
+class GemvFlatResult(UnfusedGemmRs):
+    """A GEMV fast path for N = 1 (one output column: a matrix-vector product) that returns its shard flat, (S,)
+    instead of (S, 1), when it allocates the result; into a caller's ``out`` it writes right."""
+
+    name = "mutant-gemv-flat-result"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        return y.view(-1) if self.N == 1 and out is None else y
+
+
+class KBelowOneStepSkipped(UnfusedGemmRs):
+    """A main loop over k-steps of 16 (one MMA's K) that runs ``K // 16`` of them: a K below one step (K = 1 .. 15)
+    runs none and the partials stay 0; every K from 16 up is right (a K tail of 16 or more is loaded)."""
+
+    name = "mutant-k-below-one-step"
+    K_STEP = 16
+
+    def _gemm(self, x, w, partials):
+        if self.K < self.K_STEP:
+            partials.zero_()
+            return None
+        return super()._gemm(x, w, partials)
+
+
 # --- the matrix --------------------------------------------------------------------------------------------
 
 
@@ -921,12 +946,17 @@ class MutantSpec:
     name: str
     world_sizes: tuple[int, ...]
     expected: tuple[str, ...]
+    #: tests to run first in a kill session, before those of ``expected`` (mutants.meta.PROPERTY_TEST): a fixed
+    #: test that reaches the bug where the expected property's usual test never draws it
+    tests: tuple[str, ...] = ()
 
     def __post_init__(self):
         if isinstance(self.expected, str) or not self.expected or \
                 not all(isinstance(e, str) and e.isidentifier() for e in self.expected):
             raise TypeError(f"{self.name}: expected must be a non-empty tuple of property names, "
                             f"not {self.expected!r}")
+        if isinstance(self.tests, str) or not all(isinstance(t, str) and t.startswith("test_") for t in self.tests):
+            raise TypeError(f"{self.name}: tests must be a tuple of test names, not {self.tests!r}")
 
     @property
     def impl(self) -> str:
@@ -996,6 +1026,9 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("CollectiveBeforeCheck", (2,), ("bad_call_rejected", "capacity_rejected")),
     MutantSpec("RowStridedOutAccepted", (2,), ("bad_call_rejected",)),
     MutantSpec("EmptyRankNegativeRowCount", (4,), ("padded_rows_untouched",)),
+    # smallest shapes (21st session): N = 1, K = 1, fixed cases (the draw's N and K start at 2)
+    MutantSpec("GemvFlatResult", (2,), ("result_contract",), tests=("test_smallest_shapes",)),
+    MutantSpec("KBelowOneStepSkipped", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_smallest_shapes",)),
     # counters (19th session): right until the call counter wraps, reached through advance_call_counter
     MutantSpec("EpochZeroReused", (2,), ("within_tolerance", "bitwise_equal")),
     # weights (19th session): a weight swapped into a new tensor between calls

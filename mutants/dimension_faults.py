@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel.checks import check_operands
 from kernel.fused.wrapper import FusedGemmRs
 
 
@@ -137,6 +138,20 @@ class FusedRankDependentTiles(_WrapperFault):
         self._agreed_facts = (sm_count, frozenset() if self.rank % 2 else sizes)
 
 
+class FusedCapacityUncheckedInCapture(_WrapperFault):
+    """Host checks skipped while a CUDA graph is captured ("the eager warm-up checked the shapes", "a capture must
+    stay cheap"): every other check runs, but an out-of-range M under capture is captured as a launch past the
+    workspace instead of raising. Eager calls are rejected as they must be."""
+
+    name = "fused-wrapper-capacity-unchecked-in-capture"
+
+    def validate(self, x, w, out):
+        if torch.cuda.is_current_stream_capturing():
+            return check_operands(x, w, out, N=self.N, K=self.K, max_M=2**62, world_size=self.world_size,
+                                  device=self.device)
+        return super().validate(x, w, out)
+
+
 @dataclass(frozen=True)
 class WrapperMutantSpec:
     """One row of the GPU kill matrix for a wrapper-level mutant (same fields :mod:`mutants.meta` reads of
@@ -146,6 +161,7 @@ class WrapperMutantSpec:
     bug_class: str
     expected: tuple[str, ...]
     world_sizes: tuple[int, ...] = (2,)
+    tests: tuple[str, ...] = ()
 
     @property
     def impl(self) -> str:
@@ -166,6 +182,8 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
     WrapperMutantSpec("FusedWorkspaceSharedAcrossGroups", "a flag/signal area shared between TP groups",
                       ("other_groups_untouched", "within_tolerance", "bitwise_equal", "outside_rank_untouched",
                        "hang"), (4,)),
+    WrapperMutantSpec("FusedCapacityUncheckedInCapture", "the capacity check skipped while a graph is captured",
+                      ("capacity_rejected_in_capture",), tests=("test_capacity",)),
     WrapperMutantSpec("FusedRankDependentTiles", "the ranks of a group choose different kernels for one M",
                       ("kernel_paths_agree_across_ranks", "call_raised", "hang", "died")),
 )

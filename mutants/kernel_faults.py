@@ -135,6 +135,7 @@ class GpuMutantSpec:
     bug_class: str
     expected: str
     world_sizes: tuple[int, ...] = (2,)
+    tests: tuple[str, ...] = ()  # tests to run first in a kill session (as MutantSpec.tests)
 
     @property
     def impl(self) -> str:

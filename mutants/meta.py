@@ -104,6 +104,7 @@ class Target:
     must: str                       # "fail" (a mutant) or "pass" (the correct implementation)
     topology: str = "cpu"           # shared-gpu for the fault-injected builds of the fused kernel
     expected: tuple[str, ...] = ()  # properties (or hang / died) the catalogue expects to catch it
+    tests: tuple[str, ...] = ()     # tests to run first (MutantSpec.tests)
 
     def gate_ids(self) -> set[str]:
         return {f"{self.impl}-{self.topology}-W{w}" for w in self.world_sizes}
@@ -161,10 +162,10 @@ def targets(only: list[str] | None = None, profile: str = "ci", include_correct:
         expected = _expected(s.expected)
         if profile == "nightly":  # one target per W: each W must kill it on its own (from the spec's smallest W:
             # a bug of groups of 4 or more ranks cannot show at 2)
-            out += [Target(s.name, s.impl, (w,), "fail", topology, expected)
+            out += [Target(s.name, s.impl, (w,), "fail", topology, expected, s.tests)
                     for w in sorted(set(s.world_sizes) | {n for n in NIGHTLY_WORLD_SIZES if n >= min(s.world_sizes)})]
         else:
-            out.append(Target(s.name, s.impl, s.world_sizes, "fail", topology, expected))
+            out.append(Target(s.name, s.impl, s.world_sizes, "fail", topology, expected, s.tests))
     if include_correct and (not only or correct in only or specs):
         ws = tuple(sorted({w for t in out for w in t.world_sizes} or {2}))
         out.insert(0, Target(f"{correct} (correct)", correct, ws, "pass", topology))
@@ -208,14 +209,15 @@ PROPERTY_TEST = {"capacity_rejected": "test_capacity", "bad_call_rejected": "tes
 def kill_order(tgts: list[Target]) -> dict[str, list[str]]:
     """impl -> the tests to run first: ``test_counter_wrap`` where the implementation keeps a call counter and
     ``test_kernel_paths`` where it declares kernel paths (fixed cases: the cheapest catch of a bug at the wrap or
-    on one path), then those of its expected properties, in the catalogue's order."""
+    on one path), then the tests its catalogue row names (``MutantSpec.tests``), then those of its expected
+    properties, in the catalogue's order."""
     from fuzz.strategies import declared_counter_bits, declared_paths
 
     order = {}
     for t in tgts:
         first = ["test_counter_wrap"] if declared_counter_bits(t.impl) else []
         first += ["test_kernel_paths"] if any(declared_paths(t.impl, w) for w in t.world_sizes) else []
-        first += [PROPERTY_TEST.get(e, "test_compute") for e in t.expected]
+        first += list(t.tests) + [PROPERTY_TEST.get(e, "test_compute") for e in t.expected]
         if first:
             order[t.impl] = list(dict.fromkeys(first))
     return order

@@ -143,22 +143,28 @@ def make_x(seed: int, rank: int, M: int, K: int, world_size: int, kind: str = "g
         if kind == "cancel":
             x = _cancelling_x(x)
     if kind == "nonfinite":
-        picks = torch.randint(0, M * K, (3,), generator=_gen(seed, rank, "nonfinite"))
-        for value, flat in zip((float("nan"), float("inf"), float("-inf")), picks.tolist()):
+        picks = _nonfinite_picks(seed, rank, M, K)
+        for value, flat in zip((float("nan"), float("inf"), float("-inf")), picks):
             r, c = divmod(flat, K)
             if start <= r < stop:
                 x[r - start, c] = value
-        z = zero_row(seed, rank, M, K)
+        z = zero_row(seed, rank, M, K, picks)
         if z is not None and start <= z < stop:
             x[z - start] = 0
     return x.contiguous()
 
 
-def zero_row(seed: int, rank: int, M: int, K: int) -> int | None:
-    """The nonfinite kind's all-zero row of x_r: a row none of the planted values is in (None where every row
-    holds one)."""
-    picks = torch.randint(0, M * K, (3,), generator=_gen(seed, rank, "nonfinite"))
-    taken = {flat // K for flat in picks.tolist()}
+def _nonfinite_picks(seed: int, rank: int, M: int, K: int) -> list[int]:
+    """The flat indices of x_r where the nonfinite kind plants NaN, +Inf and -Inf (in this order)."""
+    return torch.randint(0, M * K, (3,), generator=_gen(seed, rank, "nonfinite")).tolist()
+
+
+def zero_row(seed: int, rank: int, M: int, K: int, picks: list[int] | None = None) -> int | None:
+    """The nonfinite kind's all-zero row of x_r: a row none of the planted values (``picks``, drawn here when not
+    given) is in (None where every row holds one)."""
+    if picks is None:
+        picks = _nonfinite_picks(seed, rank, M, K)
+    taken = {flat // K for flat in picks}
     start = rank_seed(seed, rank, "nonfinite-zero-row") % M
     return next(((start + i) % M for i in range(M) if (start + i) % M not in taken), None)
 

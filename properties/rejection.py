@@ -10,6 +10,7 @@ traceback — not an error of the harness."""
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 
 import torch
@@ -48,14 +49,15 @@ class OpsSeen(TorchDispatchMode):
 
 
 def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[str, torch.Tensor], *, rank=None,
-                     name="rejected_cleanly", no_work: bool = False) -> CheckResult:
+                     name="rejected_cleanly", no_work: bool = False, around=None) -> CheckResult:
     """Run ``call()``; pass iff it raises ``expected``, no tensor in ``watched`` changed and, before it raised,
-    it ran no collective (and, ``no_work``, no op that queues work)."""
+    it ran no collective (and, ``no_work``, no op that queues work). ``around()``: a context manager the call runs
+    in whose own ops are not the call's (a CUDA-graph capture: its begin fills the generator's graph state)."""
     before = {k: v.detach().clone() for k, v in watched.items()}
     raised: BaseException | None = None
     seen = OpsSeen()
     try:
-        with seen:
+        with around() if around is not None else contextlib.nullcontext(), seen:
             call()
     except BaseException as exc:  # noqa: BLE001 — the point is to see what it raised
         if isinstance(exc, KeyboardInterrupt):

@@ -5,6 +5,9 @@ whether its result was right (``extra["accepted_result_correct"]``)."""
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import torch
 
 from kernel.checks import shard_rows
@@ -58,12 +61,14 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
 
 
 def reject(ctx: RankContext, impl, entry: BadCall, good: GoodCall, *, name: str, judge=None,
-           watched: dict[str, torch.Tensor] | None = None, no_work: bool = False) -> CheckResult:
+           watched: dict[str, torch.Tensor] | None = None, no_work: bool = False,
+           captured: bool = False) -> CheckResult:
     """Make ``entry``'s bad call from ``good`` and check it is rejected cleanly: its typed error (any
     exception where the implementation waives ``typed_errors``), nothing watched changed (w, the
     implementation's state tensors, the operands as passed, ``watched``), no collective ran before the raise
-    (``no_work``: no work at all: properties.rejection). ``judge(y)`` -> (ok, why) says,
-    for an accepted call, whether its result was right."""
+    (``no_work``: no work at all: properties.rejection). ``captured``: the call made inside a CUDA-graph capture
+    (a graph of its own, dropped after): a check skipped or synchronising there shows. ``judge(y)`` -> (ok, why)
+    says, for an accepted call, whether its result was right."""
     x, w, out = entry.build(good, shard_rows(good.M, ctx.world_size))
     expected = Exception if waiver(impl, "typed_errors") else entry.expected
     watch = {**impl.state_tensors(), **(watched or {})}
@@ -75,15 +80,29 @@ def reject(ctx: RankContext, impl, entry: BadCall, good: GoodCall, *, name: str,
     def call():
         accepted["y"] = impl(x, w, out=out)
 
-    res = rejected_cleanly(call, expected, watch, rank=ctx.rank, name=name, no_work=no_work)
+    res = rejected_cleanly(call, expected, watch, rank=ctx.rank, name=name, no_work=no_work,
+                           around=captured_call if captured else None)
     if "y" in accepted and judge is not None:
         ok, why = judge(accepted["y"])
         res.extra["accepted_result_correct"] = ok
         res.detail += ("; its result is right (the layout works; the contract still says reject)" if ok
                        else f"; its result is WRONG (silent corruption): {why}")
+    if captured:
+        res.extra["captured"] = True
     if not res.passed:
-        res.detail = f"bad call {entry.name} ({entry.what}): {res.detail}"
+        res.detail = f"bad call {entry.name} ({entry.what}){' under CUDA-graph capture' if captured else ''}: " \
+                     f"{res.detail}"
     return res
+
+
+@contextlib.contextmanager
+def captured_call():
+    """A CUDA-graph capture of its own around a call that must raise before it queues anything: the graph is
+    dropped after (empty when the call raised first: torch's warning about it is silenced)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*CUDA Graph is empty.*")
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            yield
 
 
 def judge_accepted(ctx: RankContext, case: Case, M: int, y) -> tuple[bool, str]:

@@ -8,7 +8,8 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
   ``extra``: ``path``, ``expected``, ``reason`` (non-empty for a legitimate fallback);
 * ``result_contract``  — bf16, (ceil(M/W), N), on the implementation's device, contiguous;
 * ``returns_out``      — with ``out=``: the result is ``out``;
-* ``fresh_result``     — without ``out=``: no storage shared with ``state_tensors()`` or a held result;
+* ``fresh_result``     — without ``out=``: no storage shared with ``state_tensors()``, a held result or the call's
+                         own x and w;
 * ``fresh_padding_zero`` — without ``out=``: padding rows are +0.0 (not inside a graph capture: no values yet);
 * ``inputs_untouched`` — at the end of the case: no eager call changed its ``x`` or ``w`` (compared on the device
   right after each call, read back once).
@@ -96,6 +97,7 @@ class CaseCalls:
         elif isinstance(y, torch.Tensor):
             others = {f"state tensor '{k}'": t for k, t in impl.state_tensors().items()}
             others.update({f"the result of {label}": t for label, t, _ in self._held})
+            others.update({f"this call's {name}": t for name, t in (("x", x), ("w", w)) if isinstance(t, torch.Tensor)})
             checks.append(fresh_result(y, others, rank=r))
             if contract.passed and not captured:
                 checks.append(fresh_padding_zero(y, n_valid, rank=r, row_offset=r * S))

@@ -58,6 +58,23 @@ def test_planted_bugs_fail_their_check(mutant, check):
         assert _failed(checks, check), f"{mutant} passed {check}"
 
 
+class ResultInXBuffer(UnfusedGemmRs):
+    """The result written over the caller's x once the GEMM has read it ("the activation buffer is free now")."""
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is None and x.numel() >= y.numel():
+            y = x.view(-1)[: y.numel()].view(y.shape).copy_(y)
+        return y
+
+
+def test_a_result_in_the_caller_s_x_is_not_fresh():
+    checks = _run(ResultInXBuffer, Case("compute", ms=[100], out="none", **BASE))
+    bad = _failed(checks, "fresh_result")
+    assert bad and "this call's x" in bad[0].detail, [c.render() for c in checks]
+    assert _failed(checks, "inputs_untouched")
+
+
 def test_a_silent_fallback_names_both_paths():
     checks = _run(catalogue.SilentFallback, Case("compute", ms=[5], **BASE))
     bad = _failed(checks, "path_taken")[0]

@@ -302,6 +302,42 @@ def test_rejected_cleanly_no_work_fails_on_work_before_the_raise_and_allows_meta
     assert rejected_cleanly(compute_then_raise, CapacityError, {"x": x}).passed
 
 
+def test_rejected_cleanly_does_not_count_the_ops_of_what_the_call_runs_in():
+    """``around``: the context the call runs in (a CUDA-graph capture: its begin fills the generator's graph state,
+    aten.fill_) is the harness's, not the call's; the call's own work still counts, and a raise there fails."""
+    import contextlib
+
+    x = torch.ones(4, 8)
+
+    @contextlib.contextmanager
+    def busy_context():
+        torch.zeros(2).fill_(1.0)
+        yield
+        torch.zeros(2).fill_(2.0)
+
+    def raise_first():
+        raise CapacityError("M > max_M")
+
+    def compute_then_raise():
+        torch.mm(x, x.t())
+        raise CapacityError("M checked after the GEMM")
+
+    _assert_pass_and_raise_protocol(rejected_cleanly(raise_first, CapacityError, {"x": x}, no_work=True,
+                                                     around=busy_context))
+    _assert_fails(rejected_cleanly(compute_then_raise, CapacityError, {"x": x}, no_work=True, around=busy_context),
+                  "queued work before it raised: aten.mm.default")
+
+    class capture_that_fails:  # as torch.cuda.graph ends an invalidated capture: its end raises, whatever came
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    _assert_fails(rejected_cleanly(raise_first, CapacityError, {"x": x}, no_work=True, around=capture_that_fails),
+                  "raised RuntimeError")
+
+
 # --- repeatable ---------------------------------------------------------------------------------
 
 

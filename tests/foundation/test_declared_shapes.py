@@ -13,12 +13,21 @@ from hypothesis import HealthCheck, find, given, settings
 
 from fuzz.case import Case
 from fuzz.families import RankContext
-from fuzz.strategies import SHAPES, all_shapes, declared_support, nearest_supported, shapes
+from fuzz.strategies import (
+    SHAPES,
+    TAIL_RANGES,
+    all_shapes,
+    declared_support,
+    nearest_supported,
+    shapes,
+    smallest_shape_cases,
+    smallest_shape_ms,
+)
 from kernel.errors import UnsupportedConfigError
 from kernel.fused import FusedGemmRs
 from kernel.interface import Eligibility
 from kernel.unfused import UnfusedGemmRs
-from mutants.catalogue import KTailNeverLoaded, NTailNotReduced
+from mutants.catalogue import GemvFlatResult, KBelowOneStepSkipped, KTailNeverLoaded, NTailNotReduced
 
 CPU = torch.device("cpu")
 QUIET = settings(max_examples=60, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -164,6 +173,32 @@ def test_k_tail_never_loaded_fails_on_a_k_tail():
     failed = {c.name for c in checks if not c.passed and not c.skipped}
     assert "within_tolerance" in failed, [c.render() for c in checks]
     # (NTailNotReduced needs W >= 2: the kill matrix runs it at W = 2 on gloo ranks)
+
+
+# --- the smallest shapes (21st session) ----------------------------------------------------------------------
+
+def test_smallest_shape_cases_reach_n_1_and_k_1_with_and_without_out():
+    for topology in ("cpu", "shared-gpu"):
+        cases = smallest_shape_cases(4, topology)
+        assert [(c.N, c.K) for c in cases][1:] == [(SHAPES["cpu" if topology == "cpu" else "gpu"][0][0], 1), (1, 1)]
+        assert cases[0].N == 1 and {c.out for c in cases} == {"guarded", "none"}
+        assert all(c.kinds == ["exact", "nonfinite", "gaussian"] and c.ms == [9, 1, 5] for c in cases)
+    # the draw never reaches them: N and K start at 2
+    assert all(lo >= 2 for ranges in TAIL_RANGES.values() for lo, _ in ranges)
+    assert smallest_shape_ms(4, aligned=True) == [8, 4, 12]
+
+
+@pytest.mark.parametrize("mutant, failing", [(GemvFlatResult, "result_contract"),
+                                             (KBelowOneStepSkipped, "within_tolerance")])
+def test_smallest_shape_mutants_fail_there_and_the_correct_one_passes(mutant, failing):
+    for case in smallest_shape_cases(1):
+        right = _run(UnfusedGemmRs, case)
+        assert all(c.passed or c.skipped for c in right), [c.render() for c in right if not c.passed]
+    failed = {c.name for case in smallest_shape_cases(1) for c in _run(mutant, case) if not c.passed and not c.skipped}
+    assert failing in failed, failed
+    # and both are right on the shapes the draw gives (N, K >= 2; K >= 16 for the k-step one)
+    checks = _run(mutant, Case("compute", seed=3, N=64, K=64, max_M=256, ms=[33, 1], kind="exact", out="none"))
+    assert all(c.passed or c.skipped for c in checks), [c.render() for c in checks if not c.passed]
 
 
 # --- views (issue 15, item 2) -------------------------------------------------------------------------------

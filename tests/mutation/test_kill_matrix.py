@@ -66,6 +66,12 @@ def test_expected_properties_are_machine_readable():
     assert {e for s in catalogue.CATALOGUE for e in s.expected} & names  # the names of real checks
     with pytest.raises(TypeError):
         catalogue.MutantSpec("X", (2,), "within_tolerance (in words)")
+    with pytest.raises(TypeError):
+        catalogue.MutantSpec("X", (2,), ("within_tolerance",), tests="test_compute")
+    import fuzz.test_gemm_rs as gate_tests
+
+    for s in catalogue.CATALOGUE:  # a named test exists
+        assert all(callable(getattr(gate_tests, t, None)) for t in s.tests), s.name
 
 
 TEST = "fuzz/test_gemm_rs.py::test_compute[mutants.catalogue:M-cpu-W2]"
@@ -185,6 +191,9 @@ def test_a_mutant_s_expected_properties_pick_which_tests_run_first():
     # one that keeps a call counter has its two wrap cases first
     order = meta.kill_order(meta.targets(["EpochZeroReused"]))
     assert order == {"mutants.catalogue:EpochZeroReused": ["test_counter_wrap", "test_compute"]}
+    # a row that names a fixed test has it run before its properties' tests
+    order = meta.kill_order(meta.targets(["GemvFlatResult"]))
+    assert order == {"mutants.catalogue:GemvFlatResult": ["test_smallest_shapes", "test_compute"]}
 
 
 def test_sessions_share_the_work_and_keep_world_size_sets_apart():
