@@ -105,6 +105,7 @@ class Target:
     topology: str = "cpu"           # shared-gpu for the fault-injected builds of the fused kernel
     expected: tuple[str, ...] = ()  # properties (or hang / died) the catalogue expects to catch it
     tests: tuple[str, ...] = ()     # tests to run first (MutantSpec.tests)
+    scope: tuple[str, ...] = ()     # the only tests its session runs (set by _sessions; () = all of fuzz/)
 
     def gate_ids(self) -> set[str]:
         return {f"{self.impl}-{self.topology}-W{w}" for w in self.world_sizes}
@@ -167,8 +168,11 @@ def targets(only: list[str] | None = None, profile: str = "ci", include_correct:
         else:
             out.append(Target(s.name, s.impl, s.world_sizes, "fail", topology, expected, s.tests))
     if include_correct and (not only or correct in only or specs):
-        ws = tuple(sorted({w for t in out for w in t.world_sizes} or {2}))
-        out.insert(0, Target(f"{correct} (correct)", correct, ws, "pass", topology))
+        # the control at each world-size set of the mutants, in their sessions (_sessions: the same tests)
+        sets = sorted({t.world_sizes for t in out} or {(2,)})
+        for ws in reversed(sets):
+            name = f"{correct} (correct)" + (f" W={','.join(map(str, ws))}" if len(sets) > 1 else "")
+            out.insert(0, Target(name, correct, ws, "pass", topology))
     return out
 
 
@@ -188,9 +192,13 @@ def command(tgts: list[Target], optimize: int) -> list[str]:
     impls = ",".join(dict.fromkeys(t.impl for t in tgts))
     sizes = ",".join(str(w) for w in sorted({w for t in tgts for w in t.world_sizes}))
     topologies = ",".join(sorted({t.topology for t in tgts}))
+    scopes = {t.scope for t in tgts}
+    if len(scopes) != 1:
+        raise ValueError(f"one session, one scope of tests: {sorted(scopes)}")
+    (scope,) = scopes
     return py + ["-m", "pytest", "fuzz/", "-q", "-n", "0", "--impl", impls,
                  "--world-sizes", sizes, "--topology", topologies, "-p", "no:cacheprovider",
-                 "-p", "mutants.stop_at_first_failure"]
+                 "-p", "mutants.stop_at_first_failure", *(["-k", " or ".join(scope)] if scope else [])]
 
 
 #: The test whose family checks a property (any other: test_compute): a mutant's expected properties pick
@@ -229,13 +237,21 @@ CORRECT_WEIGHT = 6
 
 def _sessions(tgts: list[Target], profile: str, jobs: int) -> list[list[Target]]:
     """Targets that can share one pytest session (same world sizes, topology and examples override),
-    dealt over ``jobs`` sessions of about equal cost, the costliest target first."""
+    dealt over ``jobs`` sessions of about equal cost, the costliest target first. A world-size set whose every
+    mutant names its tests (``MutantSpec.tests``: a bug only groups of 4 or more ranks show, caught by a fixed
+    test) runs only those tests, its control (the correct implementation at that set) the same ones: at the
+    ci profile's W = 4 the control's run of every test (45 s of the CI machine) served one fixed case."""
     groups: dict[tuple, list[Target]] = defaultdict(list)
     for t in tgts:
         groups[(t.world_sizes, t.topology, _examples_override(t, profile))].append(t)
     out = []
     for group in groups.values():
-        bins: list[tuple[int, list[Target]]] = [(0, []) for _ in range(max(1, min(jobs, len(group))))]
+        mutants = [t for t in group if t.must == "fail"]
+        scope = tuple(dict.fromkeys(name for t in mutants for name in t.tests)) \
+            if mutants and all(t.tests for t in mutants) else ()
+        group = [dataclasses.replace(t, scope=scope) for t in group]
+        # a scoped set is a few fixed cases: one session (a session's start costs about as much)
+        bins: list[tuple[int, list[Target]]] = [(0, []) for _ in range(1 if scope else max(1, min(jobs, len(group))))]
         for t in sorted(group, key=lambda t: t.must != "pass"):  # stable: catalogue order otherwise
             load, members = min(bins, key=lambda b: b[0])
             bins.remove((load, members))
@@ -506,7 +522,8 @@ def render(outcomes: list[Outcome], wall_s: float | None = None) -> str:
         summary += f"; {len(mismatched)} caught by another property than expected"
     correct = [o for o in outcomes if o.must == "pass"]
     if correct:
-        summary += "; correct implementation: " + ", ".join(f"-O{o.optimize} {o.verdict}" for o in correct)
+        summary += "; correct implementation: " + ", ".join(
+            f"-O{o.optimize}{f' W={o.world_sizes}' if len(correct) > 1 else ''} {o.verdict}" for o in correct)
     total_s = sum(o.seconds for o in outcomes)
     summary += f"; test time {total_s:.0f} s" + (f" (wall {wall_s:.0f} s)" if wall_s is not None else "")
     text.append(summary)

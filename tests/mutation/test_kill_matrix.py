@@ -204,10 +204,18 @@ def test_sessions_share_the_work_and_keep_world_size_sets_apart():
     groups = {}
     for t in tgts:
         groups[t.world_sizes] = groups.get(t.world_sizes, 0) + 1
-    assert len(sessions) == sum(min(2, n) for n in groups.values())  # each set of W dealt over at most 2 jobs
-    assert sum(t.must == "pass" for s in sessions for t in s) == 1
+    # each set of W dealt over at most 2 jobs; W = 4 (one mutant, its row naming its fixed test): one session
+    assert len(sessions) == sum(min(2, n) for ws, n in groups.items() if ws != (4,)) + 1
+    # a control at each set of W, in the sessions of that set, running the same tests
+    assert sorted(t.world_sizes for s in sessions for t in s if t.must == "pass") == [(2,), (4,)]
+    (w4,) = [s for s in sessions if s[0].world_sizes == (4,)]
+    assert {t.name for t in w4} == {"unfused (correct) W=4", "EmptyRankNegativeRowCount"}
+    assert {t.scope for t in w4} == {("test_shard_boundaries",)}
+    assert meta.command(w4, 1)[-2:] == ["-k", "test_shard_boundaries"]
+    assert all(t.scope == () for s in sessions if s is not w4 for t in s)  # W = 2: every test of fuzz/
     nightly = meta._sessions(meta.targets(profile="nightly"), "nightly", 2)
     assert all(len({t.world_sizes for t in s}) == 1 for s in nightly)
+    assert all(t.scope == () for s in nightly for t in s)  # every mutant at every W: every test
     cmd = meta.command(sessions[0], 1)
     assert cmd[1] == "-O" and cmd[cmd.index("-n") + 1] == "0" and "mutants.stop_at_first_failure" in cmd
 
@@ -266,9 +274,12 @@ def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
     from mutants.meta import command, targets
 
     tgts = targets(gpu=True)
-    assert tgts[0].impl == "fused" and tgts[0].must == "pass"
-    assert {t.impl for t in tgts[1:]} == {s.impl for s in GPU_CATALOGUE + WRAPPER_CATALOGUE}
+    controls = [t for t in tgts if t.must == "pass"]
+    mutants = [t for t in tgts if t.must == "fail"]
+    assert {t.impl for t in controls} == {"fused"}
+    assert sorted(t.world_sizes for t in controls) == sorted({t.world_sizes for t in mutants})  # one per set
+    assert {t.impl for t in mutants} == {s.impl for s in GPU_CATALOGUE + WRAPPER_CATALOGUE}
     assert all(t.topology == "shared-gpu" for t in tgts)
-    assert all(t.expected for t in tgts[1:])  # the GPU catalogue's words, read as property names
-    cmd = command(tgts[1:2], 1)
+    assert all(t.expected for t in mutants)  # the GPU catalogue's words, read as property names
+    cmd = command(mutants[:1], 1)
     assert cmd[cmd.index("--topology") + 1] == "shared-gpu" and "-O" in cmd
