@@ -197,9 +197,8 @@ def smallest_shape_ms(world_size: int, aligned: bool = False) -> list[int]:
 def smallest_shape_cases(world_size: int, topology: str = "cpu", aligned: bool = False) -> list[Case]:
     """The fixed smallest-shape cases, (1, K0), (N0, 1) and (1, 1) with (N0, K0) the machine's first listed shape:
     the whole world, ``out=`` a guarded sentinel buffer (for (1, 1): no ``out``, the result allocated by the call),
-    exact, non-finite and gaussian inputs. A shape the
-    implementation does not declare stays as it is: it must then be rejected with a typed error or take the
-    fallback per can_run (the families' support check)."""
+    exact, non-finite and gaussian inputs. A shape the implementation does not declare stays as it is: it must then
+    be rejected with a typed error or take the fallback per can_run (the families' support check)."""
     N0, K0 = SHAPES[machine(topology)][0]
     ms = smallest_shape_ms(world_size, aligned)
     kinds = ["exact", "nonfinite", "gaussian"]

@@ -77,10 +77,9 @@ def test_shard_boundaries(pool):
 def test_smallest_shapes(pool):
     """N = 1, K = 1 and both (beside the first listed shape): a GEMV fast path, a squeezed (S,) result, a row of
     fewer than 16 bytes. The whole world, ``out=`` a guarded sentinel buffer (none for N = K = 1: the call's own
-    result), exact, non-finite and gaussian inputs,
-    M = 2W + 1, 1, W + 1 (multiples of W for an implementation that waives unaligned M). A shape the implementation
-    does not declare must be rejected with a typed error or take the fallback per can_run. Fixed cases (the draw's
-    N and K start at 2); each failure prints its REPRO line."""
+    result), exact, non-finite and gaussian inputs, M = 2W + 1, 1, W + 1 (multiples of W for an implementation that
+    waives unaligned M). A shape the implementation does not declare must be rejected with a typed error or take the
+    fallback per can_run. Fixed cases (the draw's N and K start at 2); each failure prints its REPRO line."""
     world_size, topology = _where(pool)
     aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m")) and world_size > 1
     for case in smallest_shape_cases(world_size, topology, aligned=aligned):
