@@ -249,7 +249,9 @@ def _sessions(tgts: list[Target], profile: str, jobs: int) -> list[list[Target]]
         mutants = [t for t in group if t.must == "fail"]
         scope = tuple(dict.fromkeys(name for t in mutants for name in t.tests)) \
             if mutants and all(t.tests for t in mutants) else ()
-        group = [dataclasses.replace(t, scope=scope) for t in group]
+        # (a scoped control says so in its name: the matrix shows which tests it passed)
+        group = [dataclasses.replace(t, scope=scope, name=f"{t.name} ({', '.join(scope)} only)"
+                                     if scope and t.must == "pass" else t.name) for t in group]
         # a scoped set is a few fixed cases: one session (a session's start costs about as much)
         bins: list[tuple[int, list[Target]]] = [(0, []) for _ in range(1 if scope else max(1, min(jobs, len(group))))]
         for t in sorted(group, key=lambda t: t.must != "pass"):  # stable: catalogue order otherwise
