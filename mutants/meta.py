@@ -173,6 +173,27 @@ def targets(only: list[str] | None = None, profile: str = "ci", include_correct:
         for ws in reversed(sets):
             name = f"{correct} (correct)" + (f" W={','.join(map(str, ws))}" if len(sets) > 1 else "")
             out.insert(0, Target(name, correct, ws, "pass", topology))
+    return _scoped(out)
+
+
+def _scoped(tgts: list[Target]) -> list[Target]:
+    """``tgts`` with their scope: a world-size set whose every mutant names its tests (``MutantSpec.tests``: a bug
+    only groups of 4 or more ranks show, caught by a fixed test) runs only those tests, its control (the correct
+    implementation at that set) the same ones, and says so in its name (the matrix shows which tests it passed):
+    at the ci profile's W = 4 the control's run of every test (45 s of the CI machine) served one fixed case."""
+    sets: dict[tuple, list[Target]] = defaultdict(list)
+    for t in tgts:
+        sets[(t.world_sizes, t.topology)].append(t)
+    scopes = {}
+    for key, members in sets.items():
+        mutants = [t for t in members if t.must == "fail"]
+        if mutants and all(t.tests for t in mutants):
+            scopes[key] = tuple(dict.fromkeys(name for t in mutants for name in t.tests))
+    out = []
+    for t in tgts:
+        scope = scopes.get((t.world_sizes, t.topology), ())
+        name = f"{t.name} ({', '.join(scope)} only)" if scope and t.must == "pass" else t.name
+        out.append(dataclasses.replace(t, scope=scope, name=name))
     return out
 
 
@@ -236,24 +257,16 @@ CORRECT_WEIGHT = 6
 
 
 def _sessions(tgts: list[Target], profile: str, jobs: int) -> list[list[Target]]:
-    """Targets that can share one pytest session (same world sizes, topology and examples override),
-    dealt over ``jobs`` sessions of about equal cost, the costliest target first. A world-size set whose every
-    mutant names its tests (``MutantSpec.tests``: a bug only groups of 4 or more ranks show, caught by a fixed
-    test) runs only those tests, its control (the correct implementation at that set) the same ones: at the
-    ci profile's W = 4 the control's run of every test (45 s of the CI machine) served one fixed case."""
+    """Targets that can share one pytest session (same world sizes, topology, examples override and scope),
+    dealt over ``jobs`` sessions of about equal cost, the costliest target first."""
     groups: dict[tuple, list[Target]] = defaultdict(list)
     for t in tgts:
-        groups[(t.world_sizes, t.topology, _examples_override(t, profile))].append(t)
+        groups[(t.world_sizes, t.topology, _examples_override(t, profile), t.scope)].append(t)
     out = []
     for group in groups.values():
-        mutants = [t for t in group if t.must == "fail"]
-        scope = tuple(dict.fromkeys(name for t in mutants for name in t.tests)) \
-            if mutants and all(t.tests for t in mutants) else ()
-        # (a scoped control says so in its name: the matrix shows which tests it passed)
-        group = [dataclasses.replace(t, scope=scope, name=f"{t.name} ({', '.join(scope)} only)"
-                                     if scope and t.must == "pass" else t.name) for t in group]
-        # a scoped set is a few fixed cases: one session (a session's start costs about as much)
-        bins: list[tuple[int, list[Target]]] = [(0, []) for _ in range(1 if scope else max(1, min(jobs, len(group))))]
+        # a scoped set (:func:`_scoped`) is a few fixed cases: one session (a session's start costs about as much)
+        n_bins = 1 if group[0].scope else max(1, min(jobs, len(group)))
+        bins: list[tuple[int, list[Target]]] = [(0, []) for _ in range(n_bins)]
         for t in sorted(group, key=lambda t: t.must != "pass"):  # stable: catalogue order otherwise
             load, members = min(bins, key=lambda b: b[0])
             bins.remove((load, members))
