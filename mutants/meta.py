@@ -105,7 +105,7 @@ class Target:
     topology: str = "cpu"           # shared-gpu for the fault-injected builds of the fused kernel
     expected: tuple[str, ...] = ()  # properties (or hang / died) the catalogue expects to catch it
     tests: tuple[str, ...] = ()     # tests to run first (MutantSpec.tests)
-    scope: tuple[str, ...] = ()     # the only tests its session runs (set by _sessions; () = all of fuzz/)
+    scope: tuple[str, ...] = ()     # the only tests its session runs (set by _scoped; () = all of fuzz/)
 
     def gate_ids(self) -> set[str]:
         return {f"{self.impl}-{self.topology}-W{w}" for w in self.world_sizes}
