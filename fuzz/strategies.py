@@ -110,17 +110,25 @@ def declared_waiver(impl: str, clause: str) -> str | None:
     return (_declared(impl, "waived_clauses") or {}).get(clause)
 
 
+#: The input kinds every declared kernel path is called on at its own M, in this order (gaussian first: its
+#: tokens are also computed in the batch of the other M). ``cancel`` there is what shows split-K parts summed in
+#: reduced precision: from 12-01 to 12-03 the cancel call was the one at the *other* M (another path), and the
+#: GPU fault build ``bf16_parts`` got through the ci gate (22nd session's GPU kill matrix).
+PATH_KINDS = ("gaussian", "cancel", "exact")
+
+
 def path_cases(path, index: int) -> list[Case]:
-    """The cases of one declared kernel path (:func:`declared_paths`): a compute case calling it on gaussian,
-    cancellation and exact inputs with a call of another M in between (the 64-row tiles' M = 1, or 129), the
-    first call's tokens also computed inside a batch of that other M (batch invariance across the two paths, on
-    gaussian inputs: honoured or waived by the instance with its reason), then, for a path with device state of
-    its own (``replay``), a graph of it replayed with inputs changed in place. Seeds fixed per path: every run
-    checks the same calls."""
+    """The cases of one declared kernel path (:func:`declared_paths`): a compute case calling it -- at the path's
+    own M -- on gaussian, cancellation and exact inputs (:data:`PATH_KINDS`), with a call of another M (the 64-row
+    tiles' M = 1, or 129) after the first, the first call's tokens also computed inside a batch of that other M
+    (batch invariance across the two paths, on gaussian inputs: honoured or waived by the instance with its
+    reason), then, for a path with device state of its own (``replay``), a graph of it replayed with inputs
+    changed in place. Seeds fixed per path: every run checks the same calls."""
     max_M = max(path.M, 512)
     other = 1 if path.M > 1 else 129
-    cases = [Case("compute", 9000 + index, path.N, path.K, max_M, [path.M, other, path.M], "gaussian", "guarded",
-                  repeat=2, kinds=["gaussian", "cancel", "exact"], batch_m=other)]
+    ms = [path.M, other] + [path.M] * (len(PATH_KINDS) - 1)
+    cases = [Case("compute", 9000 + index, path.N, path.K, max_M, ms, "gaussian", "guarded",
+                  repeat=2, kinds=[PATH_KINDS[0], "exact", *PATH_KINDS[1:]], batch_m=other)]
     if path.replay:
         cases.append(Case("graph", 9100 + index, path.N, path.K, max_M, [path.M], "exact", "guarded", repeat=3))
     return cases

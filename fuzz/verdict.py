@@ -5,7 +5,8 @@ The driver alone decides; ranks never agree on a verdict among themselves. In or
 
 1. an exception escaped ``run_case`` on some rank           -> ERROR  (the harness broke: nothing judged)
 2. a check failed on some rank (``call_raised`` included:  -> FAILED (a property caught the implementation)
-   a valid call raised)
+   a valid call raised; ``device_fault``: the GPU reported a
+   fault after the implementation's calls)
 3. the watchdog: a rank gave no result by the deadline      -> HANG; a rank process exited -> DIED
 4. a rank gave no result, or ran no check                    -> ERROR  (nothing to judge it by)
 5. every check skipped (each with its reason)                -> SKIPPED
@@ -27,6 +28,9 @@ from .status import Reproducibility, Status
 
 #: The per-call check an implementation fails when a valid call raises (its traceback in ``detail``).
 RAISED_CHECK = "call_raised"
+#: The failed checks with which a rank left its case mid-way: a valid call raised, or the GPU reported a fault after
+#: the implementation's calls (properties/device_fault.py).
+LEFT_MID_CASE = (RAISED_CHECK, "device_fault")
 #: The check every case of an implementation fails where the host cannot build its main path (properties/path.py).
 HOST_CHECK = "main_path_available"
 #: Seconds the driver waits for the other ranks once one rank's result made the case a failure.
@@ -58,8 +62,9 @@ def settles_failure(msg: dict) -> str | None:
 
 
 def breaks_schedule(msg: dict) -> bool:
-    """A rank's result that may leave its peers stuck in a collective: it raised mid-case."""
-    return bool(msg.get("error")) or any(c["name"] == RAISED_CHECK and not c["passed"] and not c["skipped"]
+    """A rank's result that may leave its peers stuck in a collective: it raised mid-case (an implementation call,
+    or a fault the GPU reported after one: ``device_fault``)."""
+    return bool(msg.get("error")) or any(c["name"] in LEFT_MID_CASE and not c["passed"] and not c["skipped"]
                                          for c in msg.get("checks", []))
 
 
@@ -73,7 +78,7 @@ def judge(ranks: dict[int, dict], world_size: int, liveness: Status | None = Non
         return Status.ERROR, f"harness error: an exception escaped run_case on rank(s) {errors}"
     checks = [c for m in ranks.values() for c in m.get("checks", [])]
     failed = [c for c in checks if not c["passed"] and not c["skipped"]]
-    if failed and liveness == Status.DIED and all(c["name"] == RAISED_CHECK for c in failed):
+    if failed and liveness == Status.DIED and all(c["name"] in LEFT_MID_CASE for c in failed):
         # peers whose collective raised because a rank died: the death is the finding, whoever reported first
         return liveness, ""
     if failed:

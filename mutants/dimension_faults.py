@@ -178,7 +178,7 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
                       ("graph_replay", "graph_replay_exact", "dispatch_graph_replay")),
     WrapperMutantSpec("FusedGlobalRankAtLaunch", "the global rank used where the group rank is meant",
                       ("within_tolerance", "bitwise_equal", "padded_rows_untouched", "call_raised", "died",
-                       "hang"), (4,)),
+                       "hang", "device_fault"), (4,)),
     WrapperMutantSpec("FusedWorkspaceSharedAcrossGroups", "a flag/signal area shared between TP groups",
                       ("other_groups_untouched", "within_tolerance", "bitwise_equal", "outside_rank_untouched",
                        "hang"), (4,)),

@@ -438,7 +438,7 @@ def _harness_failure(session: SessionResult, tests: dict[str, dict], rows: list[
     if not tests:
         return "no test of this target ran"
     if first is not None and Status(first["status"]) == Status.ERROR:
-        return f"harness error in {_short_test(first['test'])}: {_last_line(first)}"
+        return f"harness error in {_short_test(first['test'])}: {_raised(first)}"
     if first is not None:
         return f"{first['status']} case, but pytest did not fail {_short_test(first['test'])}"
     bad = [f"{_short_test(k)}: {v['outcome']} ({v['message']})" for k, v in tests.items()
@@ -470,6 +470,14 @@ def _caught_by(row: dict) -> tuple[str, ...]:
         return (str(status),)
     failed = [c["name"] for c in row.get("checks", []) if not c.get("passed") and not c.get("skipped")]
     return tuple(dict.fromkeys(failed)) or (str(status),)
+
+
+def _raised(row: dict) -> str:
+    """What the ranks of an ERROR case raised (each distinct exception line with its ranks: the line above a rank's
+    call trail, not the trail's last call, which the matrix showed alone until the 22nd session), else the note."""
+    from fuzz.summary import raised_by_ranks
+
+    return raised_by_ranks(row.get("errors") or {})[:400] or _last_line(row)
 
 
 def _last_line(row: dict) -> str:

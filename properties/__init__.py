@@ -2,6 +2,7 @@
 ``torch.testing.assert_close``; ``.raise_if_failed()`` turns a failure into an exception."""
 
 from .alternation import fresh_per_call
+from .device_fault import DEVICE_FAULT, device_fault, is_device_fault
 from .exact import bitwise_equal
 from .guards import Guarded, guard_regions_untouched
 from .memory import live_tensors, memory_bounded, released_on_close, watch_release
@@ -24,6 +25,7 @@ from .result_contract import (
 from .tolerance import budget, within_tolerance
 
 __all__ = [
+    "DEVICE_FAULT",
     "SENTINEL",
     "CheckResult",
     "Guarded",
@@ -31,12 +33,14 @@ __all__ = [
     "bitwise_equal",
     "budget",
     "call_raised",
+    "device_fault",
     "fresh_padding_zero",
     "fresh_per_call",
     "fresh_result",
     "guard_regions_untouched",
     "inputs_changed",
     "inputs_untouched",
+    "is_device_fault",
     "live_tensors",
     "main_path_available",
     "memory_bounded",

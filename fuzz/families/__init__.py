@@ -78,23 +78,31 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
       implementation failed on a configuration it accepts, not the harness);
     * the host cannot build the implementation's main path: one failed ``main_path_available`` check;
     * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there);
+    * the GPU reporting a fault after the implementation's calls (an illegal address, a kernel's trap, surfacing
+      at a later wait): the checks so far and a failed ``device_fault`` (the case stops there);
     * ``case.layout``: the family on each TP group of the layout at once, then a world call
       (:mod:`.groups`)."""
     runner = FAMILIES.get(case.family) or SANITIZER_FAMILIES.get(case.family)
     if runner is None:
         raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES) + sorted(SANITIZER_FAMILIES)}")
     calls = ctx.begin_case()
-    if case.layout is None:
-        checks = run_family(ctx, case, runner)
-    else:
-        checks = groups.run_layout(ctx, case, lambda view: run_family(view, case, runner),
-                                   lambda world: run_family(world, case, groups.world_call))
-    checks = checks + calls.checks + calls.finish()
-    # The case's queued GPU work, waited for before its result goes out: a fault it caused asynchronously (an
-    # illegal address, a kernel's spin-timeout trap) raises here, as this case's error. Unwaited, it surfaced at the
-    # rank's next CUDA call -- the cache trim between cases killed the rank (12th session, one H200): the next case
-    # read DIED, re-ran clean on a fresh pool as flaky, and the case that caused it stood as passed.
-    ctx.sync()
+    try:
+        if case.layout is None:
+            checks = run_family(ctx, case, runner)
+        else:
+            checks = groups.run_layout(ctx, case, lambda view: run_family(view, case, runner),
+                                       lambda world: run_family(world, case, groups.world_call))
+        checks = checks + calls.checks + calls.finish()
+        # The case's queued GPU work, waited for before its result goes out: a fault it caused asynchronously (an
+        # illegal address, a kernel's spin-timeout trap) raises here, in this case. Unwaited, it surfaced at the
+        # rank's next CUDA call -- the cache trim between cases killed the rank (12th session, one H200): the next
+        # case read DIED, re-ran clean on a fresh pool as flaky, and the case that caused it stood as passed.
+        ctx.sync()
+    except Exception as exc:
+        fault = calls.device_fault(exc)
+        if fault is None:
+            raise  # the harness broke: an ERROR of the case (fuzz/verdict.py)
+        return fault  # the implementation's kernels faulted (properties/device_fault.py): nothing more to check
     if any(not c.skipped and c.name != main_path_available.__name__ for c in checks):
         checks += settled_guards(ctx)  # only after a family that ran: a skipped case stays skipped
     return checks

@@ -3,7 +3,8 @@
 records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``):
 
 * ``call_raised``      — the valid call raised: the implementation's failure, with type, message and
-  traceback (the family stops: :class:`CallRaised`; an exception anywhere else is a harness error);
+  traceback (the family stops: :class:`CallRaised`; an exception anywhere else is a harness error, but for a
+  fault the GPU reports after the calls: :meth:`CaseCalls.device_fault`);
 * ``path_taken``       — ``last_path`` (reset to None before the call) is ``expected_path(x, w)``;
   ``extra``: ``path``, ``expected``, ``reason`` (non-empty for a legitimate fallback);
 * ``result_contract``  — bf16, (ceil(M/W), N), on the implementation's device, contiguous;
@@ -28,10 +29,12 @@ import torch
 from kernel.checks import shard_rows, valid_rows
 from properties import (
     call_raised,
+    device_fault,
     fresh_padding_zero,
     fresh_result,
     inputs_changed,
     inputs_untouched,
+    is_device_fault,
     path_taken,
     result_contract,
     results_unchanged,
@@ -130,6 +133,14 @@ class CaseCalls:
         self._held.clear()
         self._inputs.clear()
         return out
+
+    def device_fault(self, exc: BaseException) -> list[CheckResult] | None:
+        """The checks so far and a failed ``device_fault`` when ``exc`` is a fault the GPU reported after this rank
+        called the implementation in the case (properties/device_fault.py); None for anything else (the
+        harness's error) or before any call."""
+        if not self.trail or not is_device_fault(exc):
+            return None
+        return [*self.checks, device_fault(exc, self.trail_text(), rank=self.rank)]
 
     def trail_text(self, last: int = 8) -> str:
         """The last ``last`` calls this rank began in the case, oldest first: beside a GPU fault that surfaced

@@ -111,3 +111,43 @@ class NoMainPathOnThisHost(UnfusedGemmRs):
         from kernel.interface import Eligibility
 
         return Eligibility(False, "libfast is not importable (planted)")
+
+
+#: What torch appends to every CUDA error's message (torch 2.11 on an H200), "device-side assertions" included.
+TORCH_CUDA_ADVICE = ("Search for `cudaErrorLaunchFailure' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+                     "group__CUDART__TYPES.html for more information.\nCUDA kernel errors might be asynchronously "
+                     "reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging "
+                     "consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable "
+                     "device-side assertions.")
+
+
+class DeviceFaultAfterCall(UnfusedGemmRs):
+    """A GPU fault surfacing after a call returned, as a kernel's trap or illegal address does at the harness's next
+    wait: once a call at M == 55 returned, the harness's next question to the instance (``expected_path``, before
+    the next call) raises the ``AcceleratorError`` torch raises for a CUDA error -- on every rank, outside the
+    implementation's call. The case must fail with ``device_fault`` (the implementation's kernels faulted), never
+    stand as a harness ERROR. ``MESSAGE`` in the class picks the error's text (a torch device-side assert: the
+    harness's)."""
+
+    name = "planted-device-fault-after-call"
+    MESSAGE = "CUDA error: unspecified launch failure"
+    _faulted = False
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self._faulted = self._faulted or M == TRIGGER_M
+        return y
+
+    def expected_path(self, x, w):
+        if self._faulted:
+            import torch
+
+            raise torch.AcceleratorError(f"{self.MESSAGE}\n{TORCH_CUDA_ADVICE}")
+        return super().expected_path(x, w)
+
+
+class TorchAssertAfterCall(DeviceFaultAfterCall):
+    """:class:`DeviceFaultAfterCall` with the text of torch's own device-side assert: the harness's ops, an ERROR."""
+
+    name = "planted-torch-assert-after-call"
+    MESSAGE = "CUDA error: device-side assert triggered"

@@ -140,6 +140,29 @@ def test_a_rank_exception_that_blocks_its_peer_is_reported_quickly_as_that_excep
         pool.close()
 
 
+@pytest.mark.parametrize("impl, status", [("DeviceFaultAfterCall", Status.FAILED),
+                                          ("TorchAssertAfterCall", Status.ERROR)])
+def test_a_gpu_fault_after_the_calls_fails_the_implementation_and_a_torch_assert_is_the_harness_s(impl, status):
+    """A CUDA error surfacing after a call returned (outside the implementation's call: a kernel's trap at the
+    harness's next wait) is the implementation's failure -- a failed ``device_fault`` check with the calls the rank
+    began -- not a harness ERROR, which the kill matrix cannot count (the GPU wrapper mutant FusedGlobalRankAtLaunch
+    stood as an ERROR on an H200, 22nd session); torch's device-side assert stays the harness's ERROR."""
+    pool = RankPool(PoolSpec(impl=f"tests.engine.planted_impls:{impl}", world_size=2))
+    try:
+        report = pool.run(Case("compute", ms=[55, 5], **SMALL), deadline=60)
+        assert report.status == status, report.render()
+        text = report.render()
+        if status == Status.FAILED:
+            failed = {(r, c["name"]) for r, c in report.checks() if not c["passed"] and not c["skipped"]}
+            assert failed == {(0, "device_fault"), (1, "device_fault")}, text
+            assert "unspecified launch failure" in text and "call0 M=55" in text, text
+        else:
+            assert "device-side assert triggered" in text and "harness error" in text, text
+        _next_case_passes_on_a_fresh_pool(pool)
+    finally:
+        pool.close()
+
+
 def test_a_failed_case_restarts_the_pool_and_a_passed_one_keeps_it():
     pool = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=2))
     try:

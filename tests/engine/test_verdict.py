@@ -49,6 +49,38 @@ def test_a_valid_call_that_raised_is_a_failure_of_the_implementation():
     assert judge({0: raised}, 2)[0] == Status.FAILED  # its peer never answered: still the failure
 
 
+def test_a_device_fault_after_the_calls_is_a_failure_of_the_implementation_that_left_the_case():
+    """A GPU fault surfacing after the implementation's calls (properties/device_fault.py) fails the case like a
+    valid call that raised -- a kill, not the harness ERROR it was -- and may have left the peers mid-collective;
+    with a peer that died the death is the finding (as for ``call_raised``)."""
+    from fuzz.verdict import LEFT_MID_CASE
+    from properties import DEVICE_FAULT
+
+    assert DEVICE_FAULT in LEFT_MID_CASE and RAISED_CHECK in LEFT_MID_CASE
+    fault = _msg(_check(), _check(DEVICE_FAULT, passed=False, detail="AcceleratorError: CUDA error: ..."))
+    assert breaks_schedule(fault) and settles_failure(fault) == "raised"
+    assert judge({0: fault, 1: OK}, 2) == (Status.FAILED, "")
+    assert judge({0: fault}, 2, Status.HANG)[0] == Status.FAILED
+    assert judge({0: fault}, 2, Status.DIED)[0] == Status.DIED
+
+
+def test_a_device_fault_is_what_the_gpu_reports_never_a_torch_assert_or_a_harness_exception():
+    import torch
+
+    from properties import device_fault, is_device_fault
+    from tests.engine.planted_impls import TORCH_CUDA_ADVICE  # "... to enable device-side assertions."
+
+    assert is_device_fault(torch.AcceleratorError(f"CUDA error: unspecified launch failure\n{TORCH_CUDA_ADVICE}"))
+    assert is_device_fault(RuntimeError(f"CUDA error: an illegal memory access was encountered\n{TORCH_CUDA_ADVICE}"))
+    assert not is_device_fault(torch.AcceleratorError(f"CUDA error: device-side assert triggered\n"
+                                                      f"{TORCH_CUDA_ADVICE}"))  # torch's ops
+    assert not is_device_fault(RuntimeError("Expected all tensors to be on the same device"))
+    assert not is_device_fault(ValueError("CUDA error: not a RuntimeError"))
+    check = device_fault(torch.AcceleratorError("CUDA error: unspecified launch failure"), "calls: call0", rank=1)
+    assert not check.passed and not check.skipped and check.rank == 1
+    assert "unspecified launch failure" in check.detail and "calls: call0" in check.detail
+
+
 def test_an_exception_escaping_run_case_is_a_harness_error_whatever_else_failed():
     status, why = judge({0: _msg(_check(passed=False)), 1: _msg(error=TRACEBACK)}, 2, Status.HANG)
     assert status == Status.ERROR and "rank(s) [1]" in why

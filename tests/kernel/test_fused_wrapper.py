@@ -323,6 +323,22 @@ def test_declared_paths_cover_every_tile_config_and_each_split():
     assert FusedGemmRs.declared_paths(3) == () and UnfusedGemmRs.declared_paths(2) == ()
 
 
+def test_every_declared_path_is_called_at_its_own_m_on_each_kind():
+    """test_kernel_paths calls each path's own M on gaussian, cancellation and exact inputs: the cancel kind at the
+    path's M is what shows split-K parts summed in bf16 (the ``bf16_parts`` build got through the ci gate on an
+    H200 while the cancel call was the one at the other M, 22nd session)."""
+    from fuzz.strategies import PATH_KINDS, path_cases
+
+    assert set(PATH_KINDS) == {"gaussian", "cancel", "exact"}
+    for W in (1, 2, 4, 8, 16):
+        for i, path in enumerate(FusedGemmRs.declared_paths(W)):
+            compute = path_cases(path, i)[0]
+            at_path = [k for m, k in zip(compute.ms, compute.call_kinds()) if m == path.M]
+            assert sorted(set(at_path)) == sorted(PATH_KINDS), (W, path, compute.ms, compute.call_kinds())
+            assert any(m != path.M for m in compute.ms)  # a call of another M between them
+            assert compute.call_kinds()[0] == "gaussian" and compute.ms[0] == path.M  # batch invariance's tokens
+
+
 def test_batch_invariance_is_waived_only_where_calls_split(monkeypatch):
     """Split-K makes a token's bits depend on M (K parts summed in fp32 vs one chain): the default fused
     instance waives ``batch_invariant`` exactly when some M <= max_M splits, naming the range; an instance whose

@@ -119,8 +119,14 @@ def test_a_harness_error_is_never_a_kill():
     row = _case("error", 1, errors={"0": "Traceback ...\nImportError: no module named nope"})
     o = _classify([row], [_outcome("failed")])
     assert o.verdict == meta.Verdict.ERROR and not o.ok
-    assert "harness error in test_compute[W2]: ImportError: no module named nope" in o.detail
+    assert "harness error in test_compute[W2]: rank 0 raised: ImportError: no module named nope" in o.detail
     assert "ERROR (harness, not a kill)" in meta.render([o])
+    # a rank's error ends with its call trail (fuzz/families/calls.py): the exception is what the matrix shows
+    trail = "calls this rank began in the case:\n  call0 M=800 group rank 0/2 expected path fused"
+    row = _case("error", 1, errors={"0": f"Traceback ...\nRuntimeError: gloo timed out\n{trail}",
+                                    "2": f"Traceback ...\nRuntimeError: gloo timed out\n{trail}"})
+    o = _classify([row], [_outcome("failed")])
+    assert o.detail == "harness error in test_compute[W2]: ranks [0, 2] raised: RuntimeError: gloo timed out"
 
 
 def test_a_host_that_cannot_build_the_main_path_kills_nothing():
