@@ -45,3 +45,13 @@ LONG_POLES = ("tests/mutation/test_kill_matrix.py::test_kill_matrix_ci",)
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not item.nodeid.startswith(LONG_POLES))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the suite's path groups (tests/scheduling.py): pytest 9 drops xdist's marks."""
+    try:
+        from tests.scheduling import make_scheduler
+    except ImportError:  # a copy of fuzz/ without the suite's tests: xdist's own scheduling
+        return None
+    return make_scheduler(config, log)

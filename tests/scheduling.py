@@ -1,0 +1,35 @@
+"""The suite's xdist scheduling (the root conftest.py's ``pytest_xdist_make_scheduler``): test modules that must run
+on one worker, grouped by path.
+
+The modules of :data:`SCHEDULED_TOGETHER` share one compile of many kernel builds (module-scoped fixtures over the
+host-wide kernel cache): on a cold CI machine each worker that runs one of their tests compiles the whole plan, 45 s
+of a core each. Their ``xdist_group("kernel-compile")`` mark did that until pytest 9: xdist 3.8 renames a marked
+test's ``_nodeid`` (``...@kernel-compile``), which pytest 9 no longer reads (a node's id is its ``_id``), so every
+marked test was its own unit and both workers compiled the plan (22nd session: `.ci/run`'s two slowest setups, 47.6 s
+and 45.4 s). xdist's ``@group`` suffixes still group the rest where the workers' pytest keeps them (the gate's GPU
+places: pytest 8 on the GPU hosts).
+"""
+
+from __future__ import annotations
+
+SCHEDULED_TOGETHER = {"kernel-compile": ("tests/kernel/test_fault_builds.py", "tests/kernel/test_fused_compile.py")}
+
+
+def scheduling_unit(nodeid: str) -> str | None:
+    """The group a test id belongs to by :data:`SCHEDULED_TOGETHER`, else None."""
+    path = nodeid.split("::", 1)[0]
+    return next((group for group, files in SCHEDULED_TOGETHER.items() if path in files), None)
+
+
+def make_scheduler(config, log):
+    """xdist's ``loadgroup`` scheduling, the groups of :data:`SCHEDULED_TOGETHER` read from the ids' paths; None
+    (xdist's own) for any other ``--dist``."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class PathGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_unit(nodeid) or super()._split_scope(nodeid)
+
+    return PathGroupScheduling(config, log)
