@@ -136,6 +136,10 @@ class GpuMutantSpec:
     expected: str
     world_sizes: tuple[int, ...] = (2,)
     tests: tuple[str, ...] = ()  # tests to run first in a kill session (as MutantSpec.tests)
+    #: For a bug that is a race ranks time-slicing one GPU rarely open: why, and the static check of the pinned PTX
+    #: that catches every such build (tests/kernel/test_fault_builds.py). Its survival on shared-gpu is listed,
+    #: never counted as a kill, and does not fail the matrix (mutants.meta.Outcome.ok).
+    race: str = ""
 
     @property
     def impl(self) -> str:
@@ -148,7 +152,10 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
                   "within_tolerance / bitwise_equal (exact mode)"),
     GpuMutantSpec("FusedRelaxedSignal", "relaxed_signal",
                   "signal before data: ready flag raised relaxed, before the partial's TMA store completed",
-                  "within_tolerance (reducer reads a stale/unwritten partial; flaky by nature, run repeats)"),
+                  "within_tolerance (reducer reads a stale/unwritten partial; flaky by nature, run repeats)",
+                  race=("the ready flag raised before the partial's TMA store completed: a peer reads it in that "
+                        "window only when both kernels run at once: caught statically by "
+                        "test_relaxed_signal_raises_ready_without_release_or_completion")),
     GpuMutantSpec("FusedStaleEpoch", "stale_epoch",
                   "stale epoch: the previous call's flags satisfy this call's waits",
                   "fresh_per_call / inputs_changed_in_place / alternation (2nd call onwards)"),
@@ -170,7 +177,9 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
                   "epoch order: done words compared with a signed < instead of the wrap-safe difference, wrong once "
                   "the epochs cross 2^31 (a rank overwrites its partials while a late peer still reads them)",
                   "within_tolerance in test_counter_wrap at the 2^31 boundary with a late rank; timing-dependent "
-                  "(the overwrite races the peer's reads); caught statically by the pinned PTX"),
+                  "(the overwrite races the peer's reads); caught statically by the pinned PTX",
+                  race=("the overwrite of partials a late peer still reads, past 2^31 epochs: the late peer must "
+                        "read in the window: caught statically by test_epoch_faults_change_the_wrap_handling_only")),
     GpuMutantSpec("FusedDroppedPart", "dropped_part",
                   "split-K: the combine adds K parts 0..P-2 (the last part of K is never added)",
                   "within_tolerance / bitwise_equal at M <= 512, K >= 128 (a split-K config); also at W = 1",
@@ -184,12 +193,16 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
                   "within_tolerance (the combine reads parts other threads have not stored yet: stale values of "
                   "the previous call); timing-dependent: survived the ci gate on an H200 (2026-12-01), caught "
                   "statically by the pinned split-K PTX (tests/kernel/test_fault_builds.py)",
-                  (1, 2)),
+                  (1, 2),
+                  race=("a part's ready word raised before the other threads' stores landed: units running side "
+                        "by side: caught statically by test_split_k_faults_change_what_their_bug_class_says")),
     GpuMutantSpec("FusedUnwaitedSlices", "unwaited_slices",
                   "split-K: a tile's owners signalled by its last unit before the other units' slices are stored",
                   "within_tolerance / fresh_per_call at W > 1 (the owner sums columns of the previous call); "
                   "timing-dependent: the slices are stored by units running side by side. Caught statically by "
-                  "the pinned split-K PTX too (no slice-word spins)"),
+                  "the pinned split-K PTX too (no slice-word spins)",
+                  race=("owners signalled before the other units' slices were stored: units running side by side:"
+                        " caught statically by test_split_k_faults_change_what_their_bug_class_says")),
     GpuMutantSpec("FusedClusterLocalRelease", "cluster_local_release",
                   "clustered tiles: a stage's empty barrier counts this CTA's consumer warps only; the twin's "
                   "releases complete extra phases, so a producer refills a stage the twin still reads",
@@ -205,10 +218,14 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
     GpuMutantSpec("FusedPushConsumerFenceMissing", "consumer_fence_missing",
                   "push: no proxy fence between acquiring an owner's inbox-free flag and the TMA pushes into it",
                   "within_tolerance at a late owner (a push of call e+1 lands while the owner reads call e); "
-                  "timing-dependent like relaxed_signal: may need nightly repeats to show"),
+                  "timing-dependent like relaxed_signal: may need nightly repeats to show",
+                  race=("a push of call e+1 landing while a late owner reads call e: caught statically by "
+                        "test_consumer_fence_missing_drops_the_fence_after_the_done_acquires")),
     GpuMutantSpec("FusedPushEarlySignal", "early_signal",
                   "push: ready raised right after the pushes are issued, before the remote stores completed",
-                  "within_tolerance / bitwise_equal (owner sums a slot the push has not filled yet)"),
+                  "within_tolerance / bitwise_equal (owner sums a slot the push has not filled yet)",
+                  race=("the owner reading a slot while the push into it is still in flight: caught statically by"
+                        " test_early_signal_raises_ready_before_the_pushes_completed")),
     GpuMutantSpec("FusedPushWrongInboxSlot", "wrong_inbox_slot",
                   "push: partials land in the inbox slot of source (r+1) % W; the owner reads slot r (stale)",
                   "within_tolerance / bitwise_equal (exact mode), first call"),

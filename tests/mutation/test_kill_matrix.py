@@ -290,3 +290,36 @@ def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
     assert all(t.expected for t in mutants)  # the GPU catalogue's words, read as property names
     cmd = command(mutants[:1], 1)
     assert cmd[cmd.index("--topology") + 1] == "shared-gpu" and "-O" in cmd
+
+
+def test_a_gpu_race_survivor_is_named_not_killed_and_only_a_named_race_may_survive():
+    """A fault build whose bug is a race ranks time-slicing one GPU rarely open may survive the GPU matrix without
+    failing it -- listed SURVIVED, out of the kill rate's numerator, its static check named -- and only those: any
+    other survivor, an ERROR or a failed control still fails it. Every race names a test of the pinned PTX checks
+    that exists."""
+    import re
+
+    from mutants.kernel_faults import GPU_CATALOGUE
+
+    raced = [s for s in GPU_CATALOGUE if s.race]
+    assert {s.fault for s in raced} == {"relaxed_signal", "epoch_order_signed", "unordered_part_signal",
+                                        "unwaited_slices", "consumer_fence_missing", "early_signal"}
+    static = open(os.path.join(meta.REPO, "tests", "kernel", "test_fault_builds.py")).read()
+    for s in raced:
+        named = re.findall(r"\btest_\w+", s.race)
+        assert named and all(f"def {t}(" in static for t in named), (s.name, named)
+    import dataclasses
+
+    tgts = {t.name: t for t in meta.targets(gpu=True)}
+    assert tgts["FusedPushEarlySignal"].race and not tgts["FusedDroppedPeer"].race
+    race_target = dataclasses.replace(TARGET, name="FusedPushEarlySignal", race=tgts["FusedPushEarlySignal"].race)
+    survived = _classify([_case("passed", 1, [RIGHT])], [_outcome("passed")], race_target)
+    plain = _classify([_case("passed", 1, [RIGHT])], [_outcome("passed")], TARGET)
+    assert survived.verdict == plain.verdict == meta.Verdict.SURVIVED
+    assert survived.ok and not plain.ok
+    error = _classify([_case("error", 1, errors={"0": "Traceback ...\nValueError: x"})], [_outcome("failed")],
+                      race_target)
+    assert error.verdict == meta.Verdict.ERROR and not error.ok  # a race excuses survival only, never an error
+    text = meta.render([survived, plain])
+    assert "kill rate: 0/2" in text and "1 survived a race ranks time-slicing one GPU rarely open" in text
+    assert "RACE FusedPushEarlySignal -O0: SURVIVED, not a kill -- " in text and "test_early_signal_raises" in text
