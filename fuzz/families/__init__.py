@@ -86,6 +86,7 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     if runner is None:
         raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES) + sorted(SANITIZER_FAMILIES)}")
     calls = ctx.begin_case()
+    checks: list[CheckResult] = []
     try:
         if case.layout is None:
             checks = run_family(ctx, case, runner)
@@ -102,7 +103,9 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
         fault = calls.device_fault(exc)
         if fault is None:
             raise  # the harness broke: an ERROR of the case (fuzz/verdict.py)
-        return fault  # the implementation's kernels faulted (properties/device_fault.py): nothing more to check
+        # the implementation's kernels faulted (properties/device_fault.py): the checks made before it (the whole
+        # case's, when the fault surfaced at its final wait), then the fault; nothing more to check
+        return (checks or fault[:-1]) + fault[-1:]
     if any(not c.skipped and c.name != main_path_available.__name__ for c in checks):
         checks += settled_guards(ctx)  # only after a family that ran: a skipped case stays skipped
     return checks

@@ -25,32 +25,36 @@ def test_failed_crashed_and_hung_ranks_are_all_reported(run_ranks, dist_helpers)
 
 
 
-def test_a_gpu_fault_surfacing_at_the_cases_end_escapes_that_case(monkeypatch):
+def test_a_gpu_fault_surfacing_at_the_cases_end_fails_that_case_not_the_next(monkeypatch):
     """run_case waits for the case's queued GPU work before it returns: an asynchronous fault (illegal address, a
-    kernel's spin-timeout trap) escapes this case -- its error on the driver's side -- not the next CUDA call (the
-    next case's, or the cache trim between cases that killed the rank)."""
+    kernel's spin-timeout trap) shows in this case -- not at the next CUDA call (the next case's, or the cache trim
+    between cases that killed the rank). After the rank called the implementation it is the implementation's
+    failure (a failed ``device_fault`` with the calls it began, properties/device_fault.py); before any call it
+    escapes, the harness's error."""
     import torch
 
     from fuzz import families
     from fuzz.case import Case
+    from fuzz.families.calls import CaseCalls
     from properties.result import CheckResult
-
-    class Calls:
-        checks: list = []
-
-        def finish(self):
-            return []
 
     class Ctx:
         device, rank, waited = torch.device("cpu"), 0, 0
 
+        def __init__(self, fault: bool, called: bool):
+            self.fault, self.called = fault, called
+
         def begin_case(self):
-            return Calls()
+            self.calls = CaseCalls(0, 2)
+            if self.called:
+                self.calls.trail.append("call0 M=3 group rank 0/2 expected path fused (kernel path pull 64x112)")
+            return self.calls
 
         def sync(self):
             Ctx.waited += 1
             if self.fault:
-                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+                raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered\nCompile with "
+                                             "`TORCH_USE_CUDA_DSA` to enable device-side assertions.")
 
         def held_impls(self):
             return {}
@@ -58,10 +62,9 @@ def test_a_gpu_fault_surfacing_at_the_cases_end_escapes_that_case(monkeypatch):
     ran = CheckResult(name="within_tolerance", passed=True, rank=0)
     monkeypatch.setattr(families, "run_family", lambda ctx, case, runner: [ran])
     case = Case("compute", seed=1, N=64, K=64, max_M=64, ms=[3])
-    ok = Ctx()
-    ok.fault = False
-    assert families.run_case(ok, case) == [ran] and Ctx.waited == 1
-    bad = Ctx()
-    bad.fault = True
-    with pytest.raises(RuntimeError, match="illegal memory access"):
-        families.run_case(bad, case)
+    assert families.run_case(Ctx(fault=False, called=True), case) == [ran] and Ctx.waited == 1
+    checks = families.run_case(Ctx(fault=True, called=True), case)
+    assert [(c.name, c.passed) for c in checks] == [("within_tolerance", True), ("device_fault", False)]
+    assert "illegal memory access" in checks[1].detail and "call0 M=3" in checks[1].detail
+    with pytest.raises(torch.AcceleratorError, match="illegal memory access"):
+        families.run_case(Ctx(fault=True, called=False), case)  # no call of the implementation yet: the harness's
