@@ -129,11 +129,15 @@ def gate_matrix(cfg=None) -> list[tuple[str, str, int]]:
     return out
 
 
+def _gate_id(impl: str, topology: str, world_size: int) -> str:
+    """The test id part of one gate entry (the ``gate`` parameter's id)."""
+    return f"{impl}-{topology}" if topology == UNRUNNABLE else f"{impl}-{topology}-W{world_size}"
+
+
 def pytest_generate_tests(metafunc):
     if "gate" in metafunc.fixturenames:
         combos = gate_matrix()
-        ids = [f"{i}-{t}" if t == UNRUNNABLE else f"{i}-{t}-W{w}" for i, t, w in combos]
-        metafunc.parametrize("gate", combos, ids=ids, scope="session")
+        metafunc.parametrize("gate", combos, ids=[_gate_id(*c) for c in combos], scope="session")
 
 
 #: The cost model that deals GPU tests over places (seconds; measured on one H200, ci profile, 2026-11-30:
@@ -227,22 +231,43 @@ def pytest_collection_modifyitems(config, items):
     registered after this conftest when ``fuzz/`` is on the command line, so called before ours unless ours
     goes first -- the marks were then ignored and every test ran on any worker with a pool of its own, each
     leasing a place of its own (seen on 2xH200: 20 pools time-slicing one GPU, cases past their deadline)."""
+    groups = place_groups({item: (*gate, item.originalname) for item in items if (gate := _gate_of(item))})
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def place_groups(tests: dict) -> dict:
+    """key -> the xdist group of its GPU place (``gpu-<place>`` / ``multi-gpu-<place>``), for the keys of ``tests``
+    (key -> (impl, topology, W, test function)) on a GPU topology: each (impl, W, test) dealt by its estimated
+    cost (:func:`deal`). The workers mark their items with it (:func:`pytest_collection_modifyitems`) and the
+    controller's scheduler computes the same from the test ids (:func:`places_of_ids`)."""
     gpus = max(1, gpu_count())
     units: dict[str, dict[tuple, float]] = {"shared-gpu": {}, "multi-gpu": {}}
-    for item in items:
-        gate = _gate_of(item)
-        if gate and gate[1] in units:
-            units[gate[1]][(gate[0], gate[2], item.originalname)] = unit_cost(item.originalname, gate[2])
+    for impl, topology, world_size, test in tests.values():
+        if topology in units:
+            units[topology][(impl, world_size, test)] = unit_cost(test, world_size)
     placed = {"shared-gpu": deal(units["shared-gpu"], gpus * pools_per_gpu(), unsplittable(units["shared-gpu"])),
               "multi-gpu": deal(units["multi-gpu"], multi_gpu_places(gpus))}
-    for item in items:
-        gate = _gate_of(item)
-        if not gate or gate[1] not in units:
-            continue
-        impl, topology, world_size = gate
-        place = placed[topology][(impl, world_size, item.originalname)]
-        group = f"multi-gpu-{place}" if topology == "multi-gpu" else f"gpu-{place}"
-        item.add_marker(pytest.mark.xdist_group(group))
+    out = {}
+    for key, (impl, topology, world_size, test) in tests.items():
+        if topology in units:
+            place = placed[topology][(impl, world_size, test)]
+            out[key] = f"multi-gpu-{place}" if topology == "multi-gpu" else f"gpu-{place}"
+    return out
+
+
+def places_of_ids(nodeids: list[str]) -> dict[str, str]:
+    """test id -> its GPU place's group (:func:`place_groups`), read from the ids alone: for xdist's controller,
+    which collects nothing -- the workers' ``xdist_group`` marks reach it only as ``@group`` id suffixes, which
+    pytest 9 drops (tests/scheduling.py). The gate's parameter id is :func:`gate_matrix`'s (same settings)."""
+    combos = {_gate_id(*c): c for c in gate_matrix()}
+    tests = {}
+    for nodeid in nodeids:
+        path_names, _, params = nodeid.partition("[")
+        combo = combos.get(params[:-1]) if params.endswith("]") else None
+        if combo is not None and combo[1] != UNRUNNABLE:
+            tests[nodeid] = (*combo, path_names.rsplit("::", 1)[-1])
+    return place_groups(tests)
 
 
 def get_pool(impl: str, topology: str, world_size: int, optimize: int | None = None) -> RankPool:

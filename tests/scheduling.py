@@ -6,8 +6,13 @@ host-wide kernel cache): on a cold CI machine each worker that runs one of their
 of a core each. Their ``xdist_group("kernel-compile")`` mark did that until pytest 9: xdist 3.8 renames a marked
 test's ``_nodeid`` (``...@kernel-compile``), which pytest 9 no longer reads (a node's id is its ``_id``), so every
 marked test was its own unit and both workers compiled the plan (22nd session: `.ci/run`'s two slowest setups, 47.6 s
-and 45.4 s). xdist's ``@group`` suffixes still group the rest where the workers' pytest keeps them (the gate's GPU
-places: pytest 8 on the GPU hosts).
+and 45.4 s).
+
+The gate's GPU tests (``fuzz/``) are grouped the same way by their GPU place, which the scheduler computes from the
+test ids as the workers do from their items (fuzz/conftest.py: ``place_groups``): a user's multi-GPU CI with
+pytest 9 would otherwise run every GPU test with a pool of its own (seen with the marks ignored on 2xH200: 20 pools
+time-slicing one GPU, cases past their deadline -- false hangs). xdist's ``@group`` suffixes, where the workers'
+pytest keeps them (pytest 8 on the GPU hosts lent here), give the same groups.
 """
 
 from __future__ import annotations
@@ -29,7 +34,22 @@ def make_scheduler(config, log):
     from xdist.scheduler import LoadGroupScheduling
 
     class PathGroupScheduling(LoadGroupScheduling):
+        places: dict[str, str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
-            return scheduling_unit(nodeid) or super()._split_scope(nodeid)
+            if self.places is None:  # first call: the collection is complete (LoadScopeScheduling.schedule)
+                self.places = gate_places(self.collection or [])
+            return scheduling_unit(nodeid) or self.places.get(nodeid) or super()._split_scope(nodeid)
 
     return PathGroupScheduling(config, log)
+
+
+def gate_places(nodeids: list[str]) -> dict[str, str]:
+    """The gate's GPU tests -> their place's group (fuzz/conftest.py: ``places_of_ids``, the deal the workers mark
+    their items with), read from the ids: a GPU place's tests share its pools and GPU slot, and on pytest 9 the
+    marks never reach the scheduler. Empty when no gate test (``fuzz/``) was collected."""
+    if not any(n.startswith("fuzz/") for n in nodeids):
+        return {}
+    from fuzz.conftest import places_of_ids
+
+    return places_of_ids(nodeids)

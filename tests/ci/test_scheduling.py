@@ -35,3 +35,27 @@ def test_the_kernel_compile_modules_are_one_unit_of_work_and_the_rest_are_not():
     assert sched._split_scope(other) == other  # every other test its own unit
     assert sched._split_scope("fuzz/test_gemm_rs.py::test_compute[fused-shared-gpu-W2]@gpu-2") == "gpu-2"  # marks
     assert scheduling.make_scheduler(_Config("load"), log=None) is None  # other modes: xdist's own
+
+
+def test_the_gates_gpu_tests_are_grouped_by_their_place_from_the_ids_as_the_workers_mark_them(monkeypatch):
+    """The controller reads each GPU test's place from its id (fuzz/conftest.py: places_of_ids) and gets what the
+    workers mark their items with (place_groups over (impl, topology, W, test)): every test of a place on one
+    worker, whichever pytest drops xdist's ``@group`` suffixes. cpu tests stay units of their own."""
+    pytest.importorskip("xdist")
+    import fuzz.conftest as fc
+
+    combos = [("fused", "shared-gpu", 2), ("fused", "shared-gpu", 4), ("fused", "shared-gpu", 8), ("unfused", "cpu", 2)]
+    monkeypatch.setattr(fc, "gate_matrix", lambda cfg=None: combos)
+    monkeypatch.setattr(fc, "gpu_count", lambda: 1)
+    monkeypatch.setattr(fc, "pools_per_gpu", lambda value=None: 3)
+    tests = ("test_compute", "test_layers", "test_capacity", "test_kernel_paths", "test_counter_wrap")
+    marked = {f"fuzz/test_gemm_rs.py::{t}[{fc._gate_id(*c)}]": (*c, t) for c in combos for t in tests}
+    workers = fc.place_groups(marked)  # what the workers' hook marks
+    sched = scheduling.make_scheduler(_Config("loadgroup"), log=None)
+    sched.collection = [*marked, "tests/kernel/test_fault_builds.py::test_a"]
+    scopes = {n: sched._split_scope(n) for n in sched.collection}
+    gpu = [n for n, c in marked.items() if c[1] == "shared-gpu"]
+    assert {scopes[n] for n in gpu} == set(workers.values()) and len(set(workers.values())) == 3  # three places
+    assert all(scopes[n] == workers[n] for n in gpu)
+    assert all(scopes[n] == n for n, c in marked.items() if c[1] == "cpu")
+    assert scopes["tests/kernel/test_fault_builds.py::test_a"] == "kernel-compile"
