@@ -47,8 +47,10 @@ def make_scheduler(config, log):
 def gate_places(nodeids: list[str]) -> dict[str, str]:
     """The gate's GPU tests -> their place's group (fuzz/conftest.py: ``places_of_ids``, the deal the workers mark
     their items with), read from the ids: a GPU place's tests share its pools and GPU slot, and on pytest 9 the
-    marks never reach the scheduler. Empty when no gate test (``fuzz/``) was collected."""
-    if not any(n.startswith("fuzz/") for n in nodeids):
+    marks never reach the scheduler. Empty when no gate test (``fuzz/``) was collected, or where the ids carry
+    xdist's suffixes (the workers' pytest keeps them: they group the gate's tests, and the settings' GPU questions
+    -- torch imported in the controller -- are not asked)."""
+    if not any(n.startswith("fuzz/") for n in nodeids) or any("@" in n for n in nodeids):
         return {}
     from fuzz.conftest import places_of_ids
 

@@ -59,3 +59,16 @@ def test_the_gates_gpu_tests_are_grouped_by_their_place_from_the_ids_as_the_work
     assert all(scopes[n] == workers[n] for n in gpu)
     assert all(scopes[n] == n for n, c in marked.items() if c[1] == "cpu")
     assert scopes["tests/kernel/test_fault_builds.py::test_a"] == "kernel-compile"
+
+
+def test_ids_that_carry_xdists_group_suffix_keep_it(monkeypatch):
+    """Where the workers' pytest keeps xdist's ``@group`` suffixes (pytest 8), they group the gate's tests and the
+    controller computes nothing (no GPU questions asked there)."""
+    pytest.importorskip("xdist")
+    import fuzz.conftest as fc
+
+    monkeypatch.setattr(fc, "places_of_ids", lambda ids: pytest.fail("computed places despite the suffixes"))
+    sched = scheduling.make_scheduler(_Config("loadgroup"), log=None)
+    sched.collection = ["fuzz/test_gemm_rs.py::test_compute[fused-shared-gpu-W2]@gpu-1", "fuzz/x.py::test_b"]
+    assert sched._split_scope(sched.collection[0]) == "gpu-1"
+    assert sched._split_scope(sched.collection[1]) == "fuzz/x.py::test_b"
