@@ -80,6 +80,8 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     * a valid call raising: the checks so far and a failed ``call_raised`` (the family stops there);
     * the GPU reporting a fault after the implementation's calls (an illegal address, a kernel's trap, surfacing
       at a later wait): the checks so far and a failed ``device_fault`` (the case stops there);
+    * a method of the implementation raising (``guard_regions()``, ``expected_path()``, ... called by a check):
+      the checks so far and a failed ``call_raised`` naming the method (the case stops there);
     * ``case.layout``: the family on each TP group of the layout at once, then a world call
       (:mod:`.groups`)."""
     runner = FAMILIES.get(case.family) or SANITIZER_FAMILIES.get(case.family)
@@ -100,11 +102,12 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
         # case read DIED, re-ran clean on a fresh pool as flaky, and the case that caused it stood as passed.
         ctx.sync()
     except Exception as exc:
-        fault = calls.device_fault(exc)
+        # the implementation's kernels faulted (properties/device_fault.py), or one of its methods raised (a query
+        # of its interface: guard_regions(), expected_path(), ...): its failure, with the checks made before it
+        # (the whole case's, when it surfaced at the final wait); nothing more to check
+        fault = calls.device_fault(exc) or calls.raised_in_implementation(exc, getattr(ctx, "impl_factory", None))
         if fault is None:
             raise  # the harness broke: an ERROR of the case (fuzz/verdict.py)
-        # the implementation's kernels faulted (properties/device_fault.py): the checks made before it (the whole
-        # case's, when the fault surfaced at its final wait), then the fault; nothing more to check
         return (checks or fault[:-1]) + fault[-1:]
     if any(not c.skipped and c.name != main_path_available.__name__ for c in checks):
         checks += settled_guards(ctx)  # only after a family that ran: a skipped case stays skipped

@@ -142,6 +142,16 @@ class CaseCalls:
             return None
         return [*self.checks, device_fault(exc, self.trail_text(), rank=self.rank)]
 
+    def raised_in_implementation(self, exc: BaseException, factory) -> list[CheckResult] | None:
+        """The checks so far and a failed ``call_raised`` when ``exc`` passed through a method of the
+        implementation (:func:`implementation_method`: its ``guard_regions()``, ``expected_path()``, ...): a valid
+        query of its interface that raised is the implementation's failure as a valid call that raised is; None
+        when no frame of the implementation's is in the traceback (the harness broke)."""
+        method = implementation_method(exc, factory)
+        if method is None:
+            return None
+        return [*self.checks, call_raised(exc, rank=self.rank, what=f"the implementation's {method}()")]
+
     def trail_text(self, last: int = 8) -> str:
         """The last ``last`` calls this rank began in the case, oldest first: beside a GPU fault that surfaced
         later (a kernel's trap at the next synchronise), the ranks' trails show which kernels they ran -- ranks
@@ -176,3 +186,27 @@ def conformed(y, shape: tuple[int, int], device) -> torch.Tensor:
         rows, cols = min(shape[0], y.shape[0]), min(shape[1], y.shape[1])
         stand_in[:rows, :cols] = y[:rows, :cols].to(device=device, dtype=torch.bfloat16)
     return stand_in
+
+
+def implementation_method(exc: BaseException, factory) -> str | None:
+    """``Class.method`` of the innermost frame of ``exc``'s traceback that runs a method of an implementation
+    object -- a :class:`kernel.interface.GemmRsImplementation`, or of the class the factory builds (a duck-typed
+    one) -- or None. A harness error's traceback holds none (the harness calls the implementation's methods with
+    what the contract allows: the kill matrix's control, the correct implementation through the same calls, checks
+    that)."""
+    from kernel.interface import GemmRsImplementation
+
+    module = getattr(factory, "__module__", None)
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        me = tb.tb_frame.f_locals.get("self")
+        if me is not None and (isinstance(me, GemmRsImplementation) or (module and type(me).__module__ == module
+                                                                        and not module.startswith(HARNESS))):
+            found = f"{type(me).__name__}.{tb.tb_frame.f_code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
+#: The harness's packages: an object of theirs is never the implementation.
+HARNESS = ("fuzz.", "properties.", "oracle.")

@@ -147,7 +147,28 @@ class DeviceFaultAfterCall(UnfusedGemmRs):
 
 
 class TorchAssertAfterCall(DeviceFaultAfterCall):
-    """:class:`DeviceFaultAfterCall` with the text of torch's own device-side assert: the harness's ops, an ERROR."""
+    """:class:`DeviceFaultAfterCall` with the text of torch's own device-side assert: not a fault of the
+    implementation's kernels -- but raised inside the implementation's ``expected_path``, so a query of its
+    interface that raised (``call_raised``), never a ``device_fault``."""
 
     name = "planted-torch-assert-after-call"
     MESSAGE = "CUDA error: device-side assert triggered"
+
+
+class RaisesInGuardRegions(UnfusedGemmRs):
+    """Once a call at M == 55 returned, ``guard_regions()`` -- a query of the interface the harness's checks make
+    -- raises on every rank: the implementation's failure (``call_raised`` naming the method), not a harness
+    ERROR."""
+
+    name = "planted-raises-in-guard-regions"
+    _broken = False
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self._broken = self._broken or M == TRIGGER_M
+        return y
+
+    def guard_regions(self):
+        if self._broken:
+            raise IndexError("planted: guard_regions() lost its table after M=55")
+        return super().guard_regions()

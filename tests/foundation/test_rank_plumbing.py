@@ -52,6 +52,8 @@ def test_a_gpu_fault_surfacing_at_the_cases_end_fails_that_case_not_the_next(mon
 
         def sync(self):
             Ctx.waited += 1
+            if self.fault == "assert":  # torch's own assert, raised in the harness: never the implementation's
+                raise torch.AcceleratorError("CUDA error: device-side assert triggered")
             if self.fault:
                 raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered\nCompile with "
                                              "`TORCH_USE_CUDA_DSA` to enable device-side assertions.")
@@ -68,3 +70,34 @@ def test_a_gpu_fault_surfacing_at_the_cases_end_fails_that_case_not_the_next(mon
     assert "illegal memory access" in checks[1].detail and "call0 M=3" in checks[1].detail
     with pytest.raises(torch.AcceleratorError, match="illegal memory access"):
         families.run_case(Ctx(fault=True, called=False), case)  # no call of the implementation yet: the harness's
+    with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
+        families.run_case(Ctx(fault="assert", called=True), case)  # no frame of the implementation's: the harness's
+
+
+def test_an_exception_is_the_implementations_when_it_passed_through_one_of_its_methods():
+    """fuzz.families.calls.implementation_method: the innermost frame running a method of an implementation object
+    (a GemmRsImplementation, or the factory's duck-typed class), never one of the harness's objects."""
+    from fuzz.families.calls import implementation_method
+    from kernel.unfused import UnfusedGemmRs
+
+    class Duck:  # a factory's class without the interface's base class
+        def guard_regions(self):
+            raise KeyError("duck")
+
+    class Harness:
+        def check(self, impl):
+            return impl.guard_regions()
+
+    def raised(fn):
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 -- what the harness would catch
+            return exc
+        raise AssertionError("nothing raised")
+
+    exc = raised(lambda: Harness().check(Duck()))
+    assert implementation_method(exc, Duck) == "Duck.guard_regions"
+    assert implementation_method(exc, None) is None  # without the factory: no GemmRsImplementation in the frames
+    unfused = UnfusedGemmRs.__new__(UnfusedGemmRs)  # no group needed: only its class is read
+    assert implementation_method(raised(lambda: unfused.valid_rows(3)), None).startswith("UnfusedGemmRs.")
+    assert implementation_method(raised(lambda: Harness().check(object())), None) is None
