@@ -121,7 +121,18 @@ TORCH_CUDA_ADVICE = ("Search for `cudaErrorLaunchFailure' in https://docs.nvidia
                      "device-side assertions.")
 
 
-class DeviceFaultAfterCall(UnfusedGemmRs):
+class _BrokenAfterTrigger(UnfusedGemmRs):
+    """Correct until a call at M == 55 returned; ``broken`` from then on (each subclass breaks one method)."""
+
+    broken = False
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self.broken = self.broken or M == TRIGGER_M
+        return y
+
+
+class DeviceFaultAfterCall(_BrokenAfterTrigger):
     """A GPU fault surfacing after a call returned, as a kernel's trap or illegal address does at the harness's next
     wait: once a call at M == 55 returned, the harness's next question to the instance (``expected_path``, before
     the next call) raises the ``AcceleratorError`` torch raises for a CUDA error -- on every rank, outside the
@@ -131,15 +142,9 @@ class DeviceFaultAfterCall(UnfusedGemmRs):
 
     name = "planted-device-fault-after-call"
     MESSAGE = "CUDA error: unspecified launch failure"
-    _faulted = False
-
-    def _run(self, x, w, out, M):
-        y = super()._run(x, w, out, M)
-        self._faulted = self._faulted or M == TRIGGER_M
-        return y
 
     def expected_path(self, x, w):
-        if self._faulted:
+        if self.broken:
             import torch
 
             raise torch.AcceleratorError(f"{self.MESSAGE}\n{TORCH_CUDA_ADVICE}")
@@ -155,20 +160,14 @@ class TorchAssertAfterCall(DeviceFaultAfterCall):
     MESSAGE = "CUDA error: device-side assert triggered"
 
 
-class RaisesInGuardRegions(UnfusedGemmRs):
+class RaisesInGuardRegions(_BrokenAfterTrigger):
     """Once a call at M == 55 returned, ``guard_regions()`` -- a query of the interface the harness's checks make
     -- raises on every rank: the implementation's failure (``call_raised`` naming the method), not a harness
     ERROR."""
 
     name = "planted-raises-in-guard-regions"
-    _broken = False
-
-    def _run(self, x, w, out, M):
-        y = super()._run(x, w, out, M)
-        self._broken = self._broken or M == TRIGGER_M
-        return y
 
     def guard_regions(self):
-        if self._broken:
+        if self.broken:
             raise IndexError("planted: guard_regions() lost its table after M=55")
         return super().guard_regions()
