@@ -3,8 +3,9 @@
 records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``):
 
 * ``call_raised``      — the valid call raised: the implementation's failure, with type, message and
-  traceback (the family stops: :class:`CallRaised`; an exception anywhere else is a harness error, but for a
-  fault the GPU reports after the calls: :meth:`CaseCalls.device_fault`);
+  traceback (the family stops: :class:`CallRaised`); so is an exception out of any method of the implementation a
+  check queries (:meth:`CaseCalls.raised_in_implementation`), and a fault the GPU reports after the calls is a
+  ``device_fault`` (:meth:`CaseCalls.device_fault`); any other exception is a harness error;
 * ``path_taken``       — ``last_path`` (reset to None before the call) is ``expected_path(x, w)``;
   ``extra``: ``path``, ``expected``, ``reason`` (non-empty for a legitimate fallback);
 * ``result_contract``  — bf16, (ceil(M/W), N), on the implementation's device, contiguous;
