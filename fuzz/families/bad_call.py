@@ -80,6 +80,7 @@ def reject(ctx: RankContext, impl, entry: BadCall, good: GoodCall, *, name: str,
     def call():
         accepted["y"] = impl(x, w, out=out)
 
+    ctx.began(f"{name} ({entry.name})", good.M, "a bad call: must be rejected")
     res = rejected_cleanly(call, expected, watch, rank=ctx.rank, name=name, no_work=no_work,
                            around=captured_call if captured else None)
     if "y" in accepted and judge is not None:

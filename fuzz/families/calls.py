@@ -153,6 +153,12 @@ class CaseCalls:
             return None
         return [*self.checks, call_raised(exc, rank=self.rank, what=f"the implementation's {method}()")]
 
+    def began(self, tag: str, M: int, how: str) -> None:
+        """A call of the implementation a family makes directly, not through :meth:`call` (``how``: why -- the memory
+        probe's dropped results, a bad call): in the trail all the same, so a GPU fault after it is the
+        implementation's (:meth:`device_fault`) and its kernels show beside the other ranks'."""
+        self.trail.append(f"{tag} M={M} ({how})")
+
     def trail_text(self, last: int = 8) -> str:
         """The last ``last`` calls this rank began in the case, oldest first: beside a GPU fault that surfaced
         later (a kernel's trap at the next synchronise), the ranks' trails show which kernels they ran -- ranks

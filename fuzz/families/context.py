@@ -75,6 +75,12 @@ class RankContext:
     def calls(self) -> CaseCalls | None:
         return self._shared.calls
 
+    def began(self, tag: str, M: int, how: str) -> None:
+        """A direct call of the implementation into this case's trail (:meth:`CaseCalls.began`); nothing outside a
+        case (a unit test's context, no ledger yet)."""
+        if self._shared.calls is not None:
+            self._shared.calls.began(tag, M, how)
+
     # groups ---------------------------------------------------------------------------------
     @property
     def on_world(self) -> bool:

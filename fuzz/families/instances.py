@@ -145,11 +145,13 @@ def memory_probe(ctx: RankContext, inst: Live) -> CheckResult:
     ms = [m for m in sorted(smaller, reverse=True) if 1 <= m < top] + [top]
     x = ctx.x(c, c.seed + MEMORY_SEED_OFFSET, top, "gaussian")
     w = ctx.w(c, c.seed + MEMORY_SEED_OFFSET, "gaussian")
+    ctx.began(f"{inst.label}.memory_probe", top, "direct, result dropped")
     y = inst.impl(x, w)
     del y
     ctx.sync()
     before, device_before = live_tensors(), _device_bytes(ctx.device)
     for M in ms:
+        ctx.began(f"{inst.label}.memory_probe", M, "direct, result dropped")
         y = inst.impl(x[:M], w)
         del y
     ctx.sync()

@@ -79,3 +79,19 @@ def test_an_accepted_same_values_call_is_judged():
 def test_entries_needing_out_are_marked():
     for name, entry in BAD_CALLS.items():
         assert entry.needs_out == name.startswith("out_"), name
+
+
+def test_a_bad_call_is_in_the_cases_call_trail_so_a_gpu_fault_after_it_is_the_implementations():
+    """A bad call the implementation accepts may launch its kernels on operands it cannot serve (a misaligned
+    pointer): the call is in the rank's trail (RankContext.began), so a GPU fault surfacing after it is a
+    ``device_fault`` of the implementation, not a harness ERROR for want of a trail. Outside a case, nothing."""
+    good = _good(8, 64, 64)
+    _reject(UnfusedGemmRs, BAD_CALLS["x_misaligned"], good)  # no ledger: records nothing, raises nothing
+    ctx = RankContext(UnfusedGemmRs, rank=0, world_size=1, device=torch.device("cpu"))
+    calls = ctx.begin_case()
+    impl = UnfusedGemmRs(max_M=MAX_M, N=good.N, K=good.K, device="cpu")
+    assert calls.device_fault(torch.AcceleratorError("CUDA error: misaligned address")) is None  # no call yet
+    reject(ctx, impl, BAD_CALLS["x_misaligned"], good, name="bad_call_rejected")
+    assert calls.trail == ["bad_call_rejected (x_misaligned) M=8 (a bad call: must be rejected)"]
+    fault = calls.device_fault(torch.AcceleratorError("CUDA error: misaligned address"))
+    assert fault is not None and fault[-1].name == "device_fault" and not fault[-1].passed
