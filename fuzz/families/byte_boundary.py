@@ -70,6 +70,7 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     x, w = ctx.x(case, case.seed, M), ctx.w(case, case.seed)
     expected, reason = impl.expected_path(x, w)
     impl.last_path = None
+    ctx.began("byte-boundary call", M, "direct: the call at an emulated byte limit")
     try:
         y = impl(x, w, out=None)
     except kerr.GemmRsError as exc:
