@@ -105,10 +105,12 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
         # the implementation's kernels faulted (properties/device_fault.py), or one of its methods raised (a query
         # of its interface: guard_regions(), expected_path(), ...): its failure, with the checks made before it
         # (the whole case's, when it surfaced at the final wait); nothing more to check
-        fault = calls.device_fault(exc) or calls.raised_in_implementation(exc, getattr(ctx, "impl_factory", None))
+        fault = calls.device_fault(exc)  # (a failed CheckResult is falsy: no ``or`` between the two)
+        if fault is None:
+            fault = calls.raised_in_implementation(exc, getattr(ctx, "impl_factory", None))
         if fault is None:
             raise  # the harness broke: an ERROR of the case (fuzz/verdict.py)
-        return (checks or fault[:-1]) + fault[-1:]
+        return (checks or calls.checks) + [fault]
     if any(not c.skipped and c.name != main_path_available.__name__ for c in checks):
         checks += settled_guards(ctx)  # only after a family that ran: a skipped case stays skipped
     return checks

@@ -135,23 +135,23 @@ class CaseCalls:
         self._inputs.clear()
         return out
 
-    def device_fault(self, exc: BaseException) -> list[CheckResult] | None:
-        """The checks so far and a failed ``device_fault`` when ``exc`` is a fault the GPU reported after this rank
-        called the implementation in the case (properties/device_fault.py); None for anything else (the
-        harness's error) or before any call."""
+    def device_fault(self, exc: BaseException) -> CheckResult | None:
+        """A failed ``device_fault`` when ``exc`` is a fault the GPU reported after this rank called the
+        implementation in the case (properties/device_fault.py); None for anything else (the harness's error) or
+        before any call."""
         if not self.trail or not is_device_fault(exc):
             return None
-        return [*self.checks, device_fault(exc, self.trail_text(), rank=self.rank)]
+        return device_fault(exc, self.trail_text(), rank=self.rank)
 
-    def raised_in_implementation(self, exc: BaseException, factory) -> list[CheckResult] | None:
-        """The checks so far and a failed ``call_raised`` when ``exc`` passed through a method of the
-        implementation (:func:`implementation_method`: its ``guard_regions()``, ``expected_path()``, ...): a valid
-        query of its interface that raised is the implementation's failure as a valid call that raised is; None
-        when no frame of the implementation's is in the traceback (the harness broke)."""
+    def raised_in_implementation(self, exc: BaseException, factory) -> CheckResult | None:
+        """A failed ``call_raised`` when ``exc`` passed through a method of the implementation
+        (:func:`implementation_method`: its ``guard_regions()``, ``expected_path()``, ...): a valid query of its
+        interface that raised is the implementation's failure as a valid call that raised is; None when no frame
+        of the implementation's is in the traceback (the harness broke)."""
         method = implementation_method(exc, factory)
         if method is None:
             return None
-        return [*self.checks, call_raised(exc, rank=self.rank, what=f"the implementation's {method}()")]
+        return call_raised(exc, rank=self.rank, what=f"the implementation's {method}()")
 
     def began(self, tag: str, M: int, how: str) -> None:
         """A call of the implementation a family makes directly, not through :meth:`call` (``how``: why -- the memory
@@ -195,6 +195,10 @@ def conformed(y, shape: tuple[int, int], device) -> torch.Tensor:
     return stand_in
 
 
+#: The harness's packages: an object of theirs is never the implementation.
+HARNESS = ("fuzz.", "properties.", "oracle.")
+
+
 def implementation_method(exc: BaseException, factory) -> str | None:
     """``Class.method`` of the innermost frame of ``exc``'s traceback that runs a method of an implementation
     object -- a :class:`kernel.interface.GemmRsImplementation`, or of the class the factory builds (a duck-typed
@@ -204,16 +208,13 @@ def implementation_method(exc: BaseException, factory) -> str | None:
     from kernel.interface import GemmRsImplementation
 
     module = getattr(factory, "__module__", None)
+    if module is not None and module.startswith(HARNESS):
+        module = None
     found = None
     tb = exc.__traceback__
     while tb is not None:
         me = tb.tb_frame.f_locals.get("self")
-        if me is not None and (isinstance(me, GemmRsImplementation) or (module and type(me).__module__ == module
-                                                                        and not module.startswith(HARNESS))):
+        if me is not None and (isinstance(me, GemmRsImplementation) or type(me).__module__ == module):
             found = f"{type(me).__name__}.{tb.tb_frame.f_code.co_name}"
         tb = tb.tb_next
     return found
-
-
-#: The harness's packages: an object of theirs is never the implementation.
-HARNESS = ("fuzz.", "properties.", "oracle.")

@@ -94,4 +94,4 @@ def test_a_bad_call_is_in_the_cases_call_trail_so_a_gpu_fault_after_it_is_the_im
     reject(ctx, impl, BAD_CALLS["x_misaligned"], good, name="bad_call_rejected")
     assert calls.trail == ["bad_call_rejected (x_misaligned) M=8 (a bad call: must be rejected)"]
     fault = calls.device_fault(torch.AcceleratorError("CUDA error: misaligned address"))
-    assert fault is not None and fault[-1].name == "device_fault" and not fault[-1].passed
+    assert fault is not None and fault.name == "device_fault" and not fault.passed
