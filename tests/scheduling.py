@@ -6,7 +6,7 @@ host-wide kernel cache): on a cold CI machine each worker that runs one of their
 of a core each. Their ``xdist_group("kernel-compile")`` mark did that until pytest 9: xdist 3.8 renames a marked
 test's ``_nodeid`` (``...@kernel-compile``), which pytest 9 no longer reads (a node's id is its ``_id``), so every
 marked test was its own unit and both workers compiled the plan (22nd session: `.ci/run`'s two slowest setups, 47.6 s
-and 45.4 s).
+and 45.4 s). The path table is now their only grouping (the marks are gone: one declaration, any pytest).
 
 The gate's GPU tests (``fuzz/``) are grouped the same way by their GPU place, which the scheduler computes from the
 test ids as the workers do from their items (fuzz/conftest.py: ``place_groups``): a user's multi-GPU CI with

@@ -13,7 +13,8 @@ stays as the caller set it (off by default), so the GPU tests run freshly compil
 cache's own GPU test turns it on where it needs it.
 
 The modules that compile most (test_fault_builds.py: some 30 builds in one module fixture; test_fused_compile.py)
-are one xdist group, ``kernel-compile``: on two workers both had needed the module fixture at once, one compiling and
+are one xdist unit of work, ``kernel-compile`` (by path: tests/scheduling.py; pytest 9 ignores xdist's marks): on two
+workers both had needed the module fixture at once, one compiling and
 the other waiting on the cache's lock for the same builds (95 s and 86 s of set-up on a 2-core CI machine, 15th
 session); now one worker compiles them while the other runs the rest of the suite.
 """

@@ -27,7 +27,7 @@ from kernel.fused.config import SPLIT_K_FAULTS as SPLIT_FAULTS
 from kernel.fused.wrapper import KERNEL_FAULTS, FusedGemmRs, normalize_faults
 
 needs_cutlass = pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
-pytestmark = pytest.mark.xdist_group("kernel-compile")  # conftest.py: one worker compiles the plan, once
+# one xdist worker compiles the plan, once (this module and test_fused_compile.py are one unit: tests/scheduling.py)
 
 N, K = 512, 256
 PULL_FAULTS = tuple(f for f in KERNEL_FAULTS

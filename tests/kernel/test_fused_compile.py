@@ -21,9 +21,9 @@ import pytest
 
 from kernel.fused import cutlass_available
 
+# one xdist worker compiles what this module and test_fault_builds.py share: tests/scheduling.py
 pytestmark = [
     pytest.mark.kernel,
-    pytest.mark.xdist_group("kernel-compile"),  # conftest.py: one worker compiles what these modules share
     pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed"),
 ]
 
