@@ -89,18 +89,35 @@ def pytest_runtest_makereport(item, call):
 
     root = current().report_dir
     if root:
-        text = str(report.longrepr or "") if report.failed or report.skipped else ""
+        message = failure_message(report) if report.failed or report.skipped else ""
         line = {"test": item.nodeid, "gate": list(gate), "when": report.when, "outcome": report.outcome,
-                "duration": report.duration, "message": _first_line(text)}
+                "duration": report.duration, "message": message}
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(os.path.join(root, f"outcomes-{worker}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
     return report
 
 
-def _first_line(text: str) -> str:
-    for ln in text.splitlines():
-        ln = ln.strip().removeprefix("E").strip()
-        if ln.startswith(("GEMM-RS fuzz case", "Failed:", "Skipped:")) or "Error" in ln:
-            return ln[:300]
+def failure_message(report) -> str:
+    """What a failed (or skipped) test raised, in one line: pytest's crash line (the exception and its message)
+    where the report has one, else the first telling line of its text (:func:`first_line`)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = (getattr(crash, "message", "") or "").strip()
+    if message:
+        return message.splitlines()[0][:300]
+    return first_line(str(report.longrepr or ""))
+
+
+def first_line(text: str) -> str:
+    """The telling line of a failure's text: among pytest's exception lines (``E   ...``) first -- a long
+    traceback also lists the source of the failing function, whose other ``raise SomeError(...)`` lines are not
+    what was raised (a kill matrix ERROR once named a pool check that had not failed) -- then any line."""
+    lines = text.splitlines()
+    raised = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
+    for group in (raised, [ln.strip() for ln in lines]):
+        for ln in group:
+            if ln.startswith(("GEMM-RS fuzz case", "Failed:", "Skipped:")) or "Error" in ln:
+                return ln[:300]
+    if raised:
+        return raised[0][:300]
     return text.strip().splitlines()[-1][:300] if text.strip() else ""
