@@ -44,8 +44,12 @@ all CTAs of a kernel are co-resident, so a reducer waiting on a sibling CTA's ti
 of e-1, which by (1) happen), so the ``done`` waits of call e are satisfied and every rank produces
 all tiles of e, so every ``ready`` wait of e is satisfied. Ranks sharing one GPU are separate
 processes whose kernels time-slice: a spinning kernel is pre-empted and the peer's kernel runs, so
-the spins make progress (nanosleep backoff keeps the spinning lanes light). A late rank only delays
-the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables) executes
+the spins make progress (nanosleep backoff keeps the spinning lanes light). Under MPS (one server context,
+ranks' kernels side by side, no pre-emption between clients) (2) holds only where each rank's SM share fits its
+whole grid at once: shares summing to at most 100 % of the GPU, and no clustered tiles -- the cluster occupancy
+query answers for the whole GPU, and a rank's 66-SM share (50 %) did not hold its 33 two-CTA clusters (one H200,
+23rd session: the 60 s trap; unclustered, the same case passed; docs/evidence/2026-12-03-nightly-matrix-literal-mps/).
+A late rank only delays the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables) executes
 ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
 
 M, N, K and the rank are launch arguments (``Int32``): one compile per (config, W) serves every shape and rank.
