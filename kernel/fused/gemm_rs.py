@@ -49,8 +49,8 @@ ranks' kernels side by side, no pre-emption between clients) (2) holds only wher
 whole grid at once: shares summing to at most 100 % of the GPU, and no clustered tiles -- the cluster occupancy
 query answers for the whole GPU, and a rank's 66-SM share (50 %) did not hold its 33 two-CTA clusters (one H200,
 23rd session: the 60 s trap; unclustered, the same case passed; docs/evidence/2026-12-03-nightly-matrix-literal-mps/).
-A late rank only delays the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables) executes
-``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
+A late rank only delays the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables)
+executes ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
 
 M, N, K and the rank are launch arguments (``Int32``): one compile per (config, W) serves every shape and rank.
 
