@@ -107,8 +107,10 @@ WEIGHTS = {
 #: cases of the gate tests that are not Hypothesis-driven (a fixed list of cases; the deal's estimate): the
 #: fused kernel's 8 declared paths, a compute case each and a graph case for its 5 split-K ones
 #: (fuzz/strategies.py: path_cases); the two counter-wrap cases (wrap_cases); the shard-boundary case
-#: (shard_boundary_cases); the three smallest-shape cases (smallest_shape_cases)
-FIXED_CASES = {"test_kernel_paths": 13, "test_counter_wrap": 2, "test_shard_boundaries": 1, "test_smallest_shapes": 3}
+#: (shard_boundary_cases); the three smallest-shape cases (smallest_shape_cases); the two model-size cases
+#: (model_shape_cases)
+FIXED_CASES = {"test_kernel_paths": 13, "test_counter_wrap": 2, "test_shard_boundaries": 1, "test_smallest_shapes": 3,
+               "test_model_shapes": 2}
 
 
 def examples(test_name: str) -> int:

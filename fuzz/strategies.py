@@ -215,6 +215,38 @@ def smallest_shape_cases(world_size: int, topology: str = "cpu", aligned: bool =
             for i, (N, K, out) in enumerate(((1, K0, "guarded"), (N0, 1, "guarded"), (1, 1, "none")))]
 
 
+#: Model sizes in every run, on every topology (23rd session): the cpu draw's N and K stay at 320 and below (the
+#: unfused path's cost there; model sizes are drawn on GPU topologies only), so a bug that shows only past a size -- a
+#: K loop of 1024-deep chunks that drops a partial last one, N walked in 4096-wide blocks with the last partial block
+#: never written, a 16-bit element index -- was out of the CPU gate's reach. (hidden, hidden / TP): DeepSeek-V3's
+#: 7168 at TP 16 (K = 448; N past 4096 and 2^12, not a power of two), gpt-oss's 2880 at TP 2 (K = 1440: past
+#: torch's CPU bf16 batch-kernel switch at 1024, a K tail past 1024, not a multiple of 64). At small M: a case's
+#: cost is the weights (every rank builds the truth's W of N * K each; W = 8 on 2 cores: 50 s with a third shape,
+#: 4096 x 2048).
+MODEL_SHAPE_SEED, MODEL_SHAPE_MAX_M = 9800, 512
+MODEL_SHAPES = ((7168, 448), (2880, 1440))
+
+
+def model_shape_ms(world_size: int, aligned: bool = False) -> list[int]:
+    """A ragged shard (2W + 1), one row (every rank past the first empty), 65 (past a 64-row tile); with
+    ``aligned`` (an implementation that waives unaligned M) multiples of W: 2W, W, 8W."""
+    W = world_size
+    return [2 * W, W, 8 * W] if aligned else [2 * W + 1, 1, 65]
+
+
+def model_shape_cases(world_size: int, aligned: bool = False) -> list[Case]:
+    """The fixed model-size cases, one per :data:`MODEL_SHAPES` entry: the whole world, exact, small and gaussian
+    inputs (a dropped rank hides on small values only from a loose tolerance), ``out=`` a guarded sentinel buffer
+    (the last one: none, the call's own result). A shape the implementation does not declare stays as it is: it
+    must then be rejected with a typed error or take the fallback per can_run (the families' support check)."""
+    ms = model_shape_ms(world_size, aligned)
+    kinds = ["exact", "small", "gaussian"]
+    outs = ["guarded"] * (len(MODEL_SHAPES) - 1) + ["none"]
+    return [Case("compute", MODEL_SHAPE_SEED + i, N, K, MODEL_SHAPE_MAX_M, list(ms), "exact", out, repeat=1,
+                 kinds=list(kinds))
+            for i, ((N, K), out) in enumerate(zip(MODEL_SHAPES, outs))]
+
+
 def supported_shape(supports: Callable[[int, int], Eligibility], N: int, K: int, where: str) -> tuple[int, int]:
     """(N, K) itself where the implementation supports it, else the nearest supported shape above it, else the
     first listed shape of the machine ``where`` it supports (else (N, K): the family's support check then says why)."""

@@ -30,6 +30,7 @@ from fuzz.strategies import (
     declared_waiver,
     graph_cases,
     layer_cases,
+    model_shape_cases,
     path_cases,
     shard_boundary_cases,
     smallest_shape_cases,
@@ -83,6 +84,18 @@ def test_smallest_shapes(pool):
     world_size, topology = _where(pool)
     aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m")) and world_size > 1
     for case in smallest_shape_cases(world_size, topology, aligned=aligned):
+        check_case(pool, case)
+
+
+def test_model_shapes(pool):
+    """Model sizes (N = 7168, K = 448; N = 2880, K = 1440) on every topology: the cpu draw's N and K stay at
+    320 and below, so a bug past a size (a partial last 1024-deep K chunk dropped, the last partial 4096-wide N
+    block unwritten) hid from the CPU gate. The whole world, M = 2W + 1, 1, 65 (multiples of W for an implementation
+    that waives unaligned M), exact, small and gaussian inputs, ``out=`` guarded (the last: none). Fixed cases;
+    each failure prints its REPRO line; an undeclared shape is held to the support clause."""
+    world_size, _ = _where(pool)
+    aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m")) and world_size > 1
+    for case in model_shape_cases(world_size, aligned=aligned):
         check_case(pool, case)
 
 

@@ -1033,6 +1033,9 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # smallest shapes (21st session): N = 1, K = 1, fixed cases (the draw's N and K start at 2)
     MutantSpec("GemvFlatResult", (2,), ("result_contract",), tests=("test_smallest_shapes",)),
     MutantSpec("KBelowOneStepSkipped", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_smallest_shapes",)),
+    # model sizes (23rd session): right at every size the CPU draw reaches (N, K <= 320), wrong past 1024 / 4096
+    MutantSpec("DeepKChunkTailDropped", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_model_shapes",)),
+    MutantSpec("WideNBlockUnwritten", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_model_shapes",)),
     # counters (19th session): right until the call counter wraps, reached through advance_call_counter
     MutantSpec("EpochZeroReused", (2,), ("within_tolerance", "bitwise_equal")),
     # weights (19th session): a weight swapped into a new tensor between calls
@@ -1302,6 +1305,44 @@ class NTailNotReduced(UnfusedGemmRs):
         if n_full != self.N and self.world_size > 1 and n_valid:
             r0 = self.rank * self.shard_rows(M)
             y[:n_valid, n_full:] = torch.mm(x[r0 : r0 + n_valid], w[n_full:].t())
+        return y
+
+
+# --- model sizes (23rd session) -------------------------------------------------------------------------------
+
+
+class DeepKChunkTailDropped(UnfusedGemmRs):
+    """Deep-K chunk tail dropped: K is walked in 1024-deep chunks (a split of the K loop for an fp32 staging buffer,
+    a k-block of a CPU GEMM) and a partial last chunk is never summed -- past K = 1024 only, so every K the CPU
+    draw reaches (<= 320) and every multiple of 1024 is exact: the model-size case K = 1440 loses 416 columns."""
+
+    name = "mutant-deep-k-chunk-tail-dropped"
+    K_CHUNK = 1024
+
+    def _run(self, x, w, out, M):
+        k_whole = self.K - self.K % self.K_CHUNK
+        if self.K > self.K_CHUNK and k_whole != self.K:
+            x = x.clone()
+            x[:, k_whole:] = 0  # the last partial chunk's products never summed (an allocation per call: a mutant may)
+        return super()._run(x, w, out, M)
+
+
+class WideNBlockUnwritten(UnfusedGemmRs):
+    """Wide-N block unwritten: the result is written in 4096-wide column blocks and a partial last block is never
+    written (a block loop bound rounded down past the first block), so for N > 4096 the last ``N % 4096`` columns
+    of each valid row are the fresh buffer's zeros or what ``out`` held. Every N the CPU draw reaches (<= 320) and
+    every multiple of 4096 is exact: the model-size case N = 7168 leaves 3072 columns."""
+
+    name = "mutant-wide-n-block-unwritten"
+    N_BLOCK = 4096
+
+    def _run(self, x, w, out, M):
+        before = None if out is None else out.clone()
+        y = super()._run(x, w, out, M)
+        n_whole = self.N - self.N % self.N_BLOCK
+        n_valid = self.valid_rows(M)
+        if self.N > self.N_BLOCK and n_whole != self.N and n_valid:
+            y[:n_valid, n_whole:] = 0 if before is None else before[:n_valid, n_whole:]
         return y
 
 

@@ -14,10 +14,13 @@ from hypothesis import HealthCheck, find, given, settings
 from fuzz.case import Case
 from fuzz.families import RankContext
 from fuzz.strategies import (
+    MODEL_SHAPES,
     SHAPES,
     TAIL_RANGES,
     all_shapes,
     declared_support,
+    model_shape_cases,
+    model_shape_ms,
     nearest_supported,
     shapes,
     smallest_shape_cases,
@@ -27,7 +30,14 @@ from kernel.errors import UnsupportedConfigError
 from kernel.fused import FusedGemmRs
 from kernel.interface import Eligibility
 from kernel.unfused import UnfusedGemmRs
-from mutants.catalogue import GemvFlatResult, KBelowOneStepSkipped, KTailNeverLoaded, NTailNotReduced
+from mutants.catalogue import (
+    DeepKChunkTailDropped,
+    GemvFlatResult,
+    KBelowOneStepSkipped,
+    KTailNeverLoaded,
+    NTailNotReduced,
+    WideNBlockUnwritten,
+)
 
 CPU = torch.device("cpu")
 QUIET = settings(max_examples=60, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -198,6 +208,37 @@ def test_smallest_shape_mutants_fail_there_and_the_correct_one_passes(mutant, fa
     assert failing in failed, failed
     # and both are right on the shapes the draw gives (N, K >= 2; K >= 16 for the k-step one)
     checks = _run(mutant, Case("compute", seed=3, N=64, K=64, max_M=256, ms=[33, 1], kind="exact", out="none"))
+    assert all(c.passed or c.skipped for c in checks), [c.render() for c in checks if not c.passed]
+
+
+# --- model sizes (23rd session) -----------------------------------------------------------------------------
+
+def test_model_shape_cases_go_past_what_the_cpu_draw_reaches():
+    cases = model_shape_cases(4)
+    assert [(c.N, c.K) for c in cases] == list(MODEL_SHAPES) == [(7168, 448), (2880, 1440)]
+    assert all(c.kinds == ["exact", "small", "gaussian"] and c.ms == [9, 1, 65] for c in cases)
+    assert [c.out for c in cases] == ["guarded", "none"]
+    assert model_shape_ms(4, aligned=True) == [8, 4, 32]
+    # the cpu draw never reaches them: its listed shapes and tail ranges stay at 320, model sizes are GPU-only
+    (n_lo, n_hi), (k_lo, k_hi) = TAIL_RANGES["cpu"]
+    assert max(n_hi, k_hi, *(max(sh) for sh in SHAPES["cpu"])) <= 320
+    assert max(N for N, _ in MODEL_SHAPES) > 4096 and max(K for _, K in MODEL_SHAPES) > 1024
+
+
+@pytest.mark.parametrize("mutant, failing_shape", [(DeepKChunkTailDropped, (2880, 1440)),
+                                                   (WideNBlockUnwritten, (7168, 448))])
+def test_model_shape_mutants_fail_there_and_are_right_where_the_cpu_draw_goes(mutant, failing_shape):
+    for case in model_shape_cases(1):
+        right = _run(UnfusedGemmRs, case)
+        assert all(c.passed or c.skipped for c in right), [c.render() for c in right if not c.passed]
+        failed = {c.name for c in _run(mutant, case) if not c.passed and not c.skipped}
+        if (case.N, case.K) == failing_shape:
+            assert {"within_tolerance", "bitwise_equal"} <= failed, failed
+        else:
+            assert not failed, failed
+    # right on the largest shapes the cpu draw gives, with and without out=
+    checks = _run(mutant, Case("compute", seed=3, N=320, K=320, max_M=256, ms=[33, 1], kinds=["exact", "gaussian"],
+                               out="guarded"))
     assert all(c.passed or c.skipped for c in checks), [c.render() for c in checks if not c.passed]
 
 
