@@ -189,6 +189,29 @@ def shard_boundary_cases(world_size: int, topology: str = "cpu",
                  kinds=kinds)]
 
 
+#: One rank far later than the draw's skews (0, 5, 30, 100 ms) in every run (23rd session): a wait that gives up
+#: after a timeout -- a spin that breaks out instead of trapping, a collective whose timeout error is swallowed --
+#: and reduces without the late rank's rows, or with its stale ones, passes every drawn case when its timeout is
+#: above 100 ms. 2 s: past any timeout short of a hang's (the fused kernels trap at 60 s).
+LATE_RANK_SEED, LATE_RANK_MAX_M, LATE_RANK_DELAY_MS = 9900, 512, 2000
+#: The late rank's delays a drawn case takes (100 ms: above any natural jitter of a loaded host).
+DRAWN_DELAYS_MS = (0, 5, 30, 100)
+
+
+def late_rank_cases(world_size: int, topology: str = "cpu", supports: Callable[[int, int], Eligibility] | None = None,
+                    aligned: bool = False) -> list[Case]:
+    """The fixed far-late case: the whole world, its last rank :data:`LATE_RANK_DELAY_MS` late, one exact call at M
+    = 2W + 1 (2W for an implementation that waives unaligned M) into a guarded sentinel buffer, on the machine's
+    first listed shape (moved to the nearest supported one). None at W = 1: no peer to be late for."""
+    if world_size < 2:
+        return []
+    m = machine(topology)
+    N, K = supported_shape(supports or all_shapes, *SHAPES[m][0], m)
+    M = 2 * world_size if aligned else 2 * world_size + 1
+    return [Case("compute", LATE_RANK_SEED, N, K, LATE_RANK_MAX_M, [M], "exact", "guarded", repeat=1,
+                 late_rank=world_size - 1, delay_ms=LATE_RANK_DELAY_MS)]
+
+
 #: The smallest shapes (N = 1, K = 1, both), each beside the machine's first listed shape: a (1, K) weight, an
 #: (M, 1) x and an (S, 1) result are where a GEMV fast path, a squeeze or a 16-byte row assumption breaks; the draw
 #: never reaches them (TAIL_RANGES start at 2 for the bad-call table's layout entries).
@@ -327,7 +350,7 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     out = draw(st.sampled_from(["guarded", "none"]))
     late_rank = draw(st.none() | st.integers(0, world_size - 1))
     # 100 ms: above any natural jitter of a loaded host, so a skew-dependent bug shows for sure
-    delay_ms = draw(st.sampled_from([0, 5, 30, 100])) if late_rank is not None else 0
+    delay_ms = draw(st.sampled_from(DRAWN_DELAYS_MS)) if late_rank is not None else 0
     seed = draw(st.integers(0, 2**31 - 1))
     layout = draw(layouts(world_size))
     if layout is not None and late_rank is not None:

@@ -29,6 +29,7 @@ from fuzz.strategies import (
     declared_support,
     declared_waiver,
     graph_cases,
+    late_rank_cases,
     layer_cases,
     model_shape_cases,
     path_cases,
@@ -84,6 +85,19 @@ def test_smallest_shapes(pool):
     world_size, topology = _where(pool)
     aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m")) and world_size > 1
     for case in smallest_shape_cases(world_size, topology, aligned=aligned):
+        check_case(pool, case)
+
+
+def test_late_rank(pool):
+    """One rank 2 s late (the draw's skews are 0-100 ms): a wait that gives up after a timeout and reduces without
+    the late rank's rows (or with stale ones) passes every drawn case whose skew is inside its timeout. The whole
+    world, the last rank late, one exact call at M = 2W + 1 into a guarded buffer. A fixed case; its failure prints
+    its REPRO line."""
+    world_size, topology = _where(pool)
+    if world_size < 2:
+        pytest.skip("W=1: no peer to be late for")
+    aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m"))
+    for case in late_rank_cases(world_size, topology, supports=_supports(pool), aligned=aligned):
         check_case(pool, case)
 
 

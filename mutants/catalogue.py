@@ -172,6 +172,33 @@ class LateRankReadsStaleBuffer(UnfusedGemmRs):
         return _finish(self, out, shard, M)
 
 
+class LateRankDroppedAfterTimeout(UnfusedGemmRs):
+    """A late rank dropped after a timeout: the peers wait for a rank's partial at most 0.5 s (a spin that breaks
+    out of its loop instead of trapping, a collective whose timeout error is swallowed -- the "fix" of a hang when
+    one rank is late) and reduce without it, its rows counted as zeros. Every skew the draw gives (0-100 ms) is
+    well inside the timeout: exact there."""
+
+    name = "mutant-late-rank-dropped-after-timeout"
+    TIMEOUT_S = 0.5
+
+    def _run(self, x, w, out, M):
+        if self.world_size == 1:
+            return super()._run(x, w, out, M)
+        arrived = torch.empty(self.world_size, dtype=torch.float64)
+        dist.all_gather_into_tensor(arrived, torch.tensor([time.time()], dtype=torch.float64), group=self.group)
+        late = int(torch.argmax(arrived))
+        gave_up = float(arrived.max() - arrived.min()) > self.TIMEOUT_S
+        S = self.shard_rows(M)
+        partials = self._partials[: self.world_size * S]
+        torch.mm(x, w.t(), out=partials[:M])
+        partials[M:].zero_()
+        if gave_up and self.rank == late:
+            partials.zero_()  # what the peers summed in its place
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, partials, self.group, self._staging)
+        return _finish(self, out, shard, M)
+
+
 # --- which rows are written ---------------------------------------------------------------------------
 
 
@@ -1034,6 +1061,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("GemvFlatResult", (2,), ("result_contract",), tests=("test_smallest_shapes",)),
     MutantSpec("KBelowOneStepSkipped", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_smallest_shapes",)),
     # model sizes (23rd session): right at every size the CPU draw reaches (N, K <= 320), wrong past 1024 / 4096
+    # a far-late rank (23rd session): exact at every drawn skew (<= 100 ms), its rows dropped past a 0.5 s timeout
+    MutantSpec("LateRankDroppedAfterTimeout", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_late_rank",)),
     MutantSpec("DeepKChunkTailDropped", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_model_shapes",)),
     MutantSpec("WideNBlockUnwritten", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_model_shapes",)),
     # counters (19th session): right until the call counter wraps, reached through advance_call_counter

@@ -14,11 +14,14 @@ from hypothesis import HealthCheck, find, given, settings
 from fuzz.case import Case
 from fuzz.families import RankContext
 from fuzz.strategies import (
+    DRAWN_DELAYS_MS,
+    LATE_RANK_DELAY_MS,
     MODEL_SHAPES,
     SHAPES,
     TAIL_RANGES,
     all_shapes,
     declared_support,
+    late_rank_cases,
     model_shape_cases,
     model_shape_ms,
     nearest_supported,
@@ -240,6 +243,17 @@ def test_model_shape_mutants_fail_there_and_are_right_where_the_cpu_draw_goes(mu
     checks = _run(mutant, Case("compute", seed=3, N=320, K=320, max_M=256, ms=[33, 1], kinds=["exact", "gaussian"],
                                out="guarded"))
     assert all(c.passed or c.skipped for c in checks), [c.render() for c in checks if not c.passed]
+
+
+# --- a far-late rank (23rd session) -------------------------------------------------------------------------
+
+def test_the_late_rank_case_is_far_past_every_drawn_skew():
+    assert late_rank_cases(1) == []
+    (case,) = late_rank_cases(4)
+    assert case.late_rank == 3 and case.delay_ms == LATE_RANK_DELAY_MS >= 10 * max(DRAWN_DELAYS_MS)
+    assert case.ms == [9] and case.kind == "exact" and case.out == "guarded" and case.layout is None
+    assert late_rank_cases(4, aligned=True)[0].ms == [8]
+    assert (case.N, case.K) == SHAPES["cpu"][0] and late_rank_cases(2, "shared-gpu")[0].N == SHAPES["gpu"][0][0]
 
 
 # --- views (issue 15, item 2) -------------------------------------------------------------------------------
