@@ -78,6 +78,11 @@ class GemmRsImplementation(abc.ABC):
     main_path: str | None = None
     #: the path a call takes where ``can_run`` says no (None: no fallback; such a call must not run)
     fallback_path: str | None = None
+    #: torch ops (overload packets, e.g. ``"aten.mm"``) only the fallback's work dispatches: a call that reports
+    #: the main path yet dispatched one ran the fallback under the main path's name (a lying ``last_path``; the
+    #: gate's ``path_taken`` sees the ops through a ``TorchDispatchMode``). Empty: not checked (a main path made of
+    #: torch ops has no such signature).
+    fallback_ops: tuple[str, ...] = ()
     #: world sizes this implementation supports; others raise UnsupportedConfigError at construction
     supported_world_sizes: range | tuple[int, ...] = range(1, 1 << 16)
     #: clause name -> reason, for clauses of CLAUSES this implementation does not offer

@@ -647,6 +647,29 @@ class SilentFallback(UnfusedGemmRs):
         return y
 
 
+class LyingFallback(UnfusedGemmRs):
+    """A silent fallback that lies: the "fast" main path (here a batched GEMM, ``torch.bmm``) sends small M (< 128)
+    to its fallback, a plain ``torch.mm`` one, and still reports ``last_path = "fast"`` -- values right, the path
+    report a lie (a wrapper whose except-clause calls the fallback after the kernel failed to build or launch and
+    keeps the main path's name). ``fallback_ops`` declares ``aten.mm`` as what only the fallback runs: the gate's
+    ``path_taken`` sees it dispatched under the main path's name. Without the declaration nothing could tell."""
+
+    name = "mutant-lying-fallback"
+    main_path = "fast"
+    fallback_path = "unfused"
+    fallback_ops = ("aten.mm",)
+
+    def _gemm(self, x, w, partials):
+        if x.shape[0] < self.should_run_min_m:
+            return super()._gemm(x, w, partials)  # the fallback's torch.mm
+        partials.copy_(torch.bmm(x.unsqueeze(0), w.t().unsqueeze(0))[0])  # the main path's own GEMM
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self.last_path = "fast"  # the lie: whichever GEMM ran
+        return y
+
+
 class Fp32Result(UnfusedGemmRs):
     """The result's dtype follows the accumulator: without ``out=`` the epilogue allocates its output in
     fp32 (values right, bf16 contract broken: the caller's next op silently runs in fp32 or fails)."""
@@ -1021,6 +1044,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("OutputScaledSlightly", (2,), ("bitwise_equal", "within_tolerance")),
     MutantSpec("NoValidRowsSkipsCollective", (2,), ("hang", "within_tolerance", "path_taken")),
     MutantSpec("SilentFallback", (2,), ("path_taken",)),
+    MutantSpec("LyingFallback", (2,), ("path_taken",)),
     MutantSpec("Fp32Result", (2,), ("result_contract",), tests=("test_smallest_shapes",)),
     MutantSpec("ShortResult", (2,), ("result_contract",), tests=("test_smallest_shapes",)),
     MutantSpec("ResultAliasesWorkspace", (2,), ("fresh_result", "earlier_results_unchanged"),

@@ -152,6 +152,23 @@ class FusedCapacityUncheckedInCapture(_WrapperFault):
         return super().validate(x, w, out)
 
 
+class FusedLyingFallback(_WrapperFault):
+    """The fallback run under the fused path's name: calls below 64 rows go to the unfused fallback (torch mm +
+    reduce-scatter: "the kernel does not pay there"), and ``last_path`` still says "fused" -- values right, so
+    only the path report could tell, and it lies. The gate sees the fallback's ``aten.mm`` dispatched in a call
+    that reports the fused path (``fallback_ops``; ``path_taken``)."""
+
+    name = "fused-wrapper-lying-fallback"
+    LIE_BELOW_M = 64
+
+    def _run(self, x, w, out, M):
+        if M >= self.LIE_BELOW_M:
+            return super()._run(x, w, out, M)
+        result = self._fallback_impl()._run(x, w, out, M)
+        self.last_path = self.main_path  # the lie
+        return result
+
+
 @dataclass(frozen=True)
 class WrapperMutantSpec:
     """One row of the GPU kill matrix for a wrapper-level mutant (same fields :mod:`mutants.meta` reads of
@@ -184,6 +201,8 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
                        "hang"), (4,)),
     WrapperMutantSpec("FusedCapacityUncheckedInCapture", "the capacity check skipped while a graph is captured",
                       ("capacity_rejected_in_capture",), tests=("test_capacity",)),
+    WrapperMutantSpec("FusedLyingFallback", "the unfused fallback run under the fused path's name (last_path lies)",
+                      ("path_taken",), tests=("test_compute",)),
     WrapperMutantSpec("FusedRankDependentTiles", "the ranks of a group choose different kernels for one M",
                       ("kernel_paths_agree_across_ranks", "call_raised", "hang", "died")),
 )

@@ -6,7 +6,9 @@
 * ``path_taken`` — the path a call ran (``impl.last_path``, reset before the call) is the one the contract
   has serve it (``impl.expected_path(x, w)``): the main path where ``can_run`` says yes, else the declared
   fallback with ``can_run``'s reason. A call that reports nothing, or another path, is a silent fallback
-  (or a lie) and fails; a legitimate fallback passes and carries its reason.
+  (or a lie) and fails; a legitimate fallback passes and carries its reason. A call that reports the main path
+  but dispatched an op only the fallback runs (the implementation's ``fallback_ops``, e.g. the fused kernel's
+  fallback ``torch.mm``) lied about its path and fails too (23rd session).
 """
 
 from __future__ import annotations
@@ -25,10 +27,19 @@ def main_path_available(support, *, main_path: str | None, rank=None, name="main
                               f"this implementation can pass here (its own path would never run)")
 
 
-def path_taken(path: str | None, expected: str | None, reason: str, *, rank=None, name="path_taken") -> CheckResult:
+def path_taken(path: str | None, expected: str | None, reason: str, *, rank=None, name="path_taken",
+               main_path: str | None = None, fallback_ops_ran: tuple[str, ...] = ()) -> CheckResult:
     """``path``: what the call reported in ``last_path`` (None: nothing); ``expected``, ``reason``: what
-    ``expected_path`` said before the call (reason empty for the main path)."""
+    ``expected_path`` said before the call (reason empty for the main path). ``fallback_ops_ran``: the ops of the
+    implementation's declared fallback signature (``fallback_ops``) the call dispatched: a call that reports the
+    main path (``main_path``) and ran them ran the fallback under the main path's name."""
     extra = {"path": path, "expected": expected, "reason": reason}
+    if fallback_ops_ran and path is not None and path == main_path:
+        extra["fallback_ops_ran"] = list(fallback_ops_ran)
+        return CheckResult(name=name, passed=False, rank=rank, extra=extra,
+                           detail=f"the call reported the main path {path!r} but dispatched "
+                                  f"{', '.join(sorted(set(fallback_ops_ran)))}, which only its fallback runs "
+                                  f"(declared fallback_ops): the fallback ran under the main path's name")
     if expected is None:
         detail = f"no path serves this call (can_run: {reason}; no fallback declared), yet it ran {path!r}"
         return CheckResult(name=name, passed=False, rank=rank, detail=detail, extra=extra)

@@ -40,6 +40,10 @@ class OpsSeen(TorchDispatchMode):
         # in every new rank process); it never runs under torch.compile
         return False
 
+    def ops(self) -> list[str]:
+        """Every op seen (collectives and work), as overload packets (``aten.mm``, not ``aten.mm.out``)."""
+        return [name.rsplit(".", 1)[0] for name in self.collectives + self.work]
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace in COLLECTIVE_NAMESPACES:
             self.collectives.append(str(func))

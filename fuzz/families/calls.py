@@ -25,6 +25,8 @@ rank keeps the same collective schedule instead of crashing or hanging on a wron
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from kernel.checks import shard_rows, valid_rows
@@ -42,6 +44,7 @@ from properties import (
     returns_out,
     watch_inputs,
 )
+from properties.rejection import OpsSeen
 from properties.result import CheckResult
 
 
@@ -87,15 +90,20 @@ class CaseCalls:
                           f"{expected}{kernel_path(impl, M) if expected == impl.main_path else ''}")
         impl.last_path = None
         watched = watch_inputs(x, w) if not captured else None
+        signature = tuple(getattr(impl, "fallback_ops", ()) or ()) if expected == impl.main_path else ()
+        seen = OpsSeen() if signature else None
         try:
-            y = impl(x, w, out=out)
+            with seen if seen is not None else contextlib.nullcontext():
+                y = impl(x, w, out=out)
         except Exception as exc:
             self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
             raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
         if watched is not None:
             self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched)))
         contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)
-        checks = [path_taken(impl.last_path, expected, reason, rank=r), contract]
+        ran = tuple(op for op in (seen.ops() if seen is not None else ()) if op in signature)
+        checks = [path_taken(impl.last_path, expected, reason, rank=r, main_path=impl.main_path, fallback_ops_ran=ran),
+                  contract]
         if out is not None:
             checks.append(returns_out(y, out, rank=r))
         elif isinstance(y, torch.Tensor):

@@ -225,6 +225,9 @@ class FusedGemmRs(GemmRsImplementation):
     main_path = "fused"
     preload_modules = ("kernel.fused.compile",)  # the CuTe DSL (a few seconds of imports per process)
     fallback_path = "unfused"  # what can_run rejects runs UnfusedGemmRs (none with force_fused=True)
+    #: the fallback's GEMM is torch's (``torch.mm``); the fused path launches its GEMM as a CuTe kernel and
+    #: dispatches no GEMM op: a "fused" call that did ran the fallback (``path_taken``)
+    fallback_ops = ("aten.mm", "aten.addmm")
     #: Fault-injected build (names from :data:`KERNEL_FAULTS`); empty: the real kernel. Subclasses in
     #: ``mutants/kernel_faults.py`` set it; the ``faults=`` argument overrides it.
     faults: tuple = ()

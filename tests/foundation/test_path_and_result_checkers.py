@@ -59,6 +59,34 @@ def test_path_taken_fails_where_no_path_serves_the_call():
     _fails(path_taken("fused", None, "K=100 is not a multiple of 64"), "no path serves this call", "K=100")
 
 
+def test_path_taken_fails_a_main_path_call_that_ran_the_fallbacks_ops():
+    res = _fails(path_taken("fused", "fused", "", main_path="fused", fallback_ops_ran=("aten.mm", "aten.mm")),
+                 "reported the main path 'fused'", "dispatched aten.mm,", "only its fallback runs")
+    assert res.extra["fallback_ops_ran"] == ["aten.mm", "aten.mm"]
+    # no such op, or the fallback reported as such: the plain rules
+    _passes(path_taken("fused", "fused", "", main_path="fused", fallback_ops_ran=()))
+    _passes(path_taken("unfused", "unfused", "K=100", main_path="fused", fallback_ops_ran=("aten.mm",)))
+
+
+def test_a_lying_fallback_fails_path_taken_only_through_its_declared_fallback_ops():
+    from _in_process import failed_checks, run_on_one_cpu_rank
+
+    from fuzz.case import Case
+    from mutants.catalogue import LyingFallback
+
+    class Undeclared(LyingFallback):
+        fallback_ops = ()
+
+    for M, lies in ((33, True), (200, False)):
+        case = Case("compute", seed=5, N=64, K=64, max_M=256, ms=[M], kind="exact", out="guarded")
+        failed = failed_checks(run_on_one_cpu_rank(LyingFallback, case))
+        assert {c.name for c in failed} == ({"path_taken"} if lies else set()), [c.render() for c in failed]
+        if lies:
+            assert "aten.mm" in failed[0].detail and "'fast'" in failed[0].detail
+        # without the declaration every check passes: values right, the report a lie nothing else can tell
+        assert failed_checks(run_on_one_cpu_rank(Undeclared, case)) == []
+
+
 def test_main_path_available_fails_with_the_hosts_reason():
     reason = "nvidia-cutlass-dsl (cutlass, cuda-python) is not importable"
     res = _fails(main_path_available(Eligibility(False, reason), main_path="fused"), reason, "'fused'")
