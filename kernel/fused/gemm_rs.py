@@ -46,9 +46,10 @@ all tiles of e, so every ``ready`` wait of e is satisfied. Ranks sharing one GPU
 processes whose kernels time-slice: a spinning kernel is pre-empted and the peer's kernel runs, so
 the spins make progress (nanosleep backoff keeps the spinning lanes light). Under MPS (one server context,
 ranks' kernels side by side, no pre-emption between clients) (2) holds only where each rank's SM share fits its
-whole grid at once: shares summing to at most 100 % of the GPU, and no clustered tiles -- the cluster occupancy
-query answers for the whole GPU, and a rank's 66-SM share (50 %) did not hold its 33 two-CTA clusters (one H200,
-23rd session: the 60 s trap; unclustered, the same case passed; docs/evidence/2026-12-03-nightly-matrix-literal-mps/).
+whole grid at once: shares summing to at most 100 % of the GPU (the user's to set), and no clustered tiles -- the
+cluster occupancy query answers for the whole GPU, and a rank's 66-SM share (50 %) did not hold its 33 two-CTA
+clusters (one H200, 23rd session: the 60 s trap; unclustered, the same case passed; docs/evidence/2026-12-03-
+nightly-matrix-literal-mps/): an MPS client compiles no clustered config (``wrapper.device_facts``).
 A late rank only delays the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables)
 executes ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
 

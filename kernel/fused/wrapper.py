@@ -185,14 +185,33 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
 CLUSTER_SIZES = (2,)
 
 
+def mps_client(device_index: int) -> bool:
+    """Whether this process's contexts on the GPU are clients of an MPS server (``CU_DEVICE_ATTRIBUTE_MPS_ENABLED``);
+    False where the driver cannot say (an old driver, no CUDA: the facts as before this query existed)."""
+    try:
+        import cuda.bindings.driver as cuda
+
+        err, dev = cuda.cuDeviceGet(device_index)
+        if err != cuda.CUresult.CUDA_SUCCESS:
+            return False
+        err, value = cuda.cuDeviceGetAttribute(cuda.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev)
+        return err == cuda.CUresult.CUDA_SUCCESS and bool(value)
+    except Exception:  # noqa: BLE001 -- no driver library, bindings without the attribute: the driver cannot say
+        return False
+
+
 def device_facts(device: torch.device) -> dict:
     """What this rank's tile-config choice reads from its GPU: its SM count and, per cluster size, how many such
-    clusters run at once (:func:`max_active_clusters`). CPU: none."""
+    clusters run at once (:func:`max_active_clusters`). CPU: none. An MPS client (:func:`mps_client`) gets no
+    clusters: the occupancy query answers for the whole GPU, not for the client's SM share, and the persistent
+    grid of clusters it promised was not co-resident (one H200, 23rd session: 33 two-CTA clusters reported on a
+    66-SM share at 50 %, the kernels' 60 s trap; unclustered, the same case passed). Its SM count is its share."""
     if device.type != "cuda":
         return {}
     sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    return {"sm_count": int(sm_count),
-            "clusters": {size: max_active_clusters(device.index or 0, size) for size in CLUSTER_SIZES}}
+    mps = mps_client(device.index or 0)
+    return {"sm_count": int(sm_count), "mps": mps,
+            "clusters": {size: 0 if mps else max_active_clusters(device.index or 0, size) for size in CLUSTER_SIZES}}
 
 
 def agreed_device_facts(per_rank: list[dict]) -> tuple[int, frozenset]:

@@ -693,6 +693,32 @@ def test_clustered_configs_only_where_every_cluster_of_the_grid_fits_at_once_on_
         agreed_device_facts([fits, {}])  # a CPU rank in a GPU group: no facts to agree on
 
 
+def test_an_mps_client_compiles_no_clustered_config(monkeypatch):
+    """Under MPS the cluster occupancy query answers for the whole GPU, not the client's SM share: one H200, 23rd
+    session, 50 % share: 66 SMs, "33 two-CTA clusters", and the clustered grid was not co-resident (the kernels'
+    trap; unclustered, the same case passed). An MPS client's facts carry no clusters (the query is not asked);
+    anyone else's are as before; a host whose driver cannot say is not an MPS client."""
+    from types import SimpleNamespace
+
+    from kernel.fused.wrapper import agreed_device_facts, device_facts, mps_client
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=66))
+    monkeypatch.setattr(wrapper_mod, "max_active_clusters", lambda index, size: asked.append(size) or 33)
+    cuda0 = torch.device("cuda", 0)
+    monkeypatch.setattr(wrapper_mod, "mps_client", lambda index: True)
+    client = device_facts(cuda0)
+    assert client == {"sm_count": 66, "mps": True, "clusters": {2: 0}} and asked == []
+    assert agreed_device_facts([client]) == (66, frozenset())
+    monkeypatch.setattr(wrapper_mod, "mps_client", lambda index: False)
+    own = device_facts(cuda0)
+    assert own == {"sm_count": 66, "mps": False, "clusters": {2: 33}} and asked == [2]
+    assert agreed_device_facts([own]) == (66, frozenset({2}))
+    assert agreed_device_facts([own, client]) == (66, frozenset())  # one client in the group: none anywhere
+    if not torch.cuda.is_available():
+        assert mps_client(0) is False  # no driver to ask
+
+
 def test_the_group_agrees_on_the_tile_configs_at_construction(monkeypatch):
     """A rank whose own GPU facts would keep the clustered configs builds none when a peer's cannot run them (its
     occupancy query failed): the ranks' tile configs -- and so every call's kernel -- stay the same; the rank
