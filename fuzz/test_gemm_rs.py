@@ -46,6 +46,11 @@ def _where(pool) -> tuple[int, str]:
     return pool.spec.world_size, pool.spec.topology
 
 
+def _aligned(pool) -> bool:
+    """Whether the fixed cases call only multiples of W: the implementation waives unaligned M (at W > 1)."""
+    return bool(declared_waiver(pool.spec.impl, "unaligned_m")) and pool.spec.world_size > 1
+
+
 def _supports(pool):
     """The shapes the implementation under test declares (kernel.interface: ``supports(N, K)``)."""
     return declared_support(pool.spec.impl)
@@ -83,8 +88,7 @@ def test_smallest_shapes(pool):
     waives unaligned M). A shape the implementation does not declare must be rejected with a typed error or take the
     fallback per can_run. Fixed cases (the draw's N and K start at 2); each failure prints its REPRO line."""
     world_size, topology = _where(pool)
-    aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m")) and world_size > 1
-    for case in smallest_shape_cases(world_size, topology, aligned=aligned):
+    for case in smallest_shape_cases(world_size, topology, aligned=_aligned(pool)):
         check_case(pool, case)
 
 
@@ -96,8 +100,7 @@ def test_late_rank(pool):
     world_size, topology = _where(pool)
     if world_size < 2:
         pytest.skip("W=1: no peer to be late for")
-    aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m"))
-    for case in late_rank_cases(world_size, topology, supports=_supports(pool), aligned=aligned):
+    for case in late_rank_cases(world_size, topology, supports=_supports(pool), aligned=_aligned(pool)):
         check_case(pool, case)
 
 
@@ -107,9 +110,7 @@ def test_model_shapes(pool):
     block unwritten) hid from the CPU gate. The whole world, M = 2W + 1, 1, 65 (multiples of W for an implementation
     that waives unaligned M), exact, small and gaussian inputs, ``out=`` guarded (the last: none). Fixed cases;
     each failure prints its REPRO line; an undeclared shape is held to the support clause."""
-    world_size, _ = _where(pool)
-    aligned = bool(declared_waiver(pool.spec.impl, "unaligned_m")) and world_size > 1
-    for case in model_shape_cases(world_size, aligned=aligned):
+    for case in model_shape_cases(pool.spec.world_size, aligned=_aligned(pool)):
         check_case(pool, case)
 
 
