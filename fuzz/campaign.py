@@ -18,7 +18,6 @@ counted as passed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import glob
 import os
 import re
@@ -27,7 +26,7 @@ import sys
 import threading
 import time
 
-from . import config, mps
+from . import config
 from .node import killpg_while_alive
 from .record import COLLECTED
 from .settings import GATE_PROFILES as PROFILES
@@ -166,25 +165,6 @@ def main(argv=None) -> int:
     print(f"[gate] profile {cfg.profile}; report in {out_dir}; {env['GEMM_RS_POOLS_PER_GPU']} pool(s) per GPU"
           + (f"; {nnodes} nodes (node agents dial {cfg.control_address})" if nnodes > 1 else "")
           + f"\n[gate] {' '.join(cmd)}", flush=True)
-    mps_mode = None
-    try:
-        if mps.requested(cfg.mps, cfg.csv("topology") or []):
-            mps_mode = mps.server(os.path.join(out_dir, "mps-log"))
-    except mps.MpsError as exc:
-        ap.error(str(exc))
-    if mps_mode is not None:
-        if not cfg.pools_per_gpu:  # a server takes 48 clients: W = 16 gets 3 pools per GPU
-            wanted = [int(w) for w in cfg.csv("world_sizes") or []] or [16]
-            env["GEMM_RS_POOLS_PER_GPU"] = str(mps.pools_per_gpu(wanted, int(env["GEMM_RS_POOLS_PER_GPU"])))
-        print(f"[gate] MPS: shared-gpu ranks run side by side as clients of this run's own MPS server, "
-              f"{env['GEMM_RS_POOLS_PER_GPU']} pool(s) per GPU, each rank 1 / (pools x W) of the SMs; no clustered "
-              "tile configs (fuzz/mps.py)", flush=True)
-    with mps_mode or contextlib.nullcontext() as mps_env:
-        return _run(args, cfg, cmd, dict(env, **(mps_env or {})), root, out_dir, hyp_profile, mps_mode is not None)
-
-
-def _run(args, cfg, cmd: list[str], env: dict, root: str, out_dir: str, hyp_profile: str, under_mps: bool) -> int:
-    """The gate's pytest sessions (the stored examples' replay, then the campaign) and its verdict."""
     t0 = time.time()
     rc = 0
     interrupted = False
@@ -211,8 +191,7 @@ def _run(args, cfg, cmd: list[str], env: dict, root: str, out_dir: str, hyp_prof
               f"cases run so far and the verdict is FAIL", flush=True)
     from .summary import summarise
 
-    mode = " (ranks as MPS clients: no clustered tile configs)" if under_mps else ""
-    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=cfg.profile + mode,
+    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=cfg.profile,
                         interrupted=f"time limit of {args.time_limit:.0f}s reached" if interrupted else None)
     print(summary["markdown"])
     return 0 if summary["verdict"] == "PASS" else 1
