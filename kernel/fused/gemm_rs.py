@@ -49,7 +49,11 @@ ranks' kernels side by side, no pre-emption between clients) (2) holds only wher
 whole grid at once: shares summing to at most 100 % of the GPU (the user's to set), and no clustered tiles -- the
 cluster occupancy query answers for the whole GPU, and a rank's 66-SM share (50 %) did not hold its 33 two-CTA
 clusters (one H200, 23rd session: the 60 s trap; unclustered, the same case passed; docs/evidence/2026-12-03-
-nightly-matrix-literal-mps/): an MPS client compiles no clustered config (``wrapper.device_facts``).
+nightly-matrix-literal-mps/): an MPS client compiles no clustered config (``wrapper.device_facts``). Even
+so, MPS does not promise (2): a share caps the SMs a client uses, it reserves none -- with 4 pools of W = 2, 4,
+8 at 12, 6, 3 % per rank (shares summing to at most 96 %) a W = 8 call hit the trap, and one client's trap tore
+down every client of the server (one H200, 25th session, docs/evidence/2026-12-04-mps-gate/).
+Run TP ranks that share a GPU time-sliced.
 A late rank only delays the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables)
 executes ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
 
