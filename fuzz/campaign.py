@@ -18,7 +18,6 @@ counted as passed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import glob
 import os
 import re
@@ -27,13 +26,13 @@ import sys
 import threading
 import time
 
-from . import config, mps
+from . import config
 from .node import killpg_while_alive
 from .record import COLLECTED
 from .settings import GATE_PROFILES as PROFILES
 from .settings import stored_examples
 from .status import Status
-from .topology import GPU_WORLD_SIZES, default_pools_per_gpu
+from .topology import default_pools_per_gpu
 
 
 def _interrupt(proc: subprocess.Popen, leader: int, flag: threading.Event, grace_s: float = 30.0) -> None:
@@ -166,42 +165,6 @@ def main(argv=None) -> int:
     print(f"[gate] profile {cfg.profile}; report in {out_dir}; {env['GEMM_RS_POOLS_PER_GPU']} pool(s) per GPU"
           + (f"; {nnodes} nodes (node agents dial {cfg.control_address})" if nnodes > 1 else "")
           + f"\n[gate] {' '.join(cmd)}", flush=True)
-    mps_mode = None
-    try:
-        if mps.requested(cfg.mps, cfg.csv("topology") or []):
-            mps_mode = mps.server(os.path.join(out_dir, "mps-log"))
-    except mps.MpsError as exc:
-        ap.error(str(exc))
-    with mps_mode or contextlib.nullcontext() as mps_env:
-        if mps_env is not None:
-            env.update(mps_env)
-            try:
-                env["GEMM_RS_POOLS_PER_GPU"] = str(_mps_pools(cfg, env))
-            except mps.MpsError as exc:
-                print(f"[gate] {exc}", file=sys.stderr, flush=True)
-                return 2
-        return _run(args, cfg, cmd, env, root, out_dir, hyp_profile, mps_env is not None)
-
-
-def _mps_pools(cfg, env: dict) -> int:
-    """Pools per GPU under ``--mps``: the most (the user's ``--pools-per-gpu``, else the default) whose ranks'
-    SMs -- what a client at each share reports -- fit the GPU (fuzz/mps.py); a user's number that does not fit
-    is an error, not a silent change."""
-    wanted = [int(w) for w in cfg.csv("world_sizes") or []] or list(GPU_WORLD_SIZES)
-    most = int(env["GEMM_RS_POOLS_PER_GPU"])
-    sms = mps.client_sms(mps.candidate_shares(wanted, most), env)
-    pools = mps.pools_that_fit(wanted, most, sms)
-    if cfg.pools_per_gpu and pools < most:
-        raise mps.MpsError(f"--mps: {most} pools per GPU of W = {max(wanted)} take more SMs than the GPU's "
-                           f"{sms[100]} as MPS clients; {pools} fit (omit --pools-per-gpu to get them)")
-    print(f"[gate] MPS: shared-gpu ranks run side by side as clients of this run's own MPS server, {pools} pool(s) "
-          f"per GPU (SMs a client gets per share: {dict(sorted(sms.items()))}), each rank 1 / (pools x W) of the "
-          "SMs; no clustered tile configs (fuzz/mps.py)", flush=True)
-    return pools
-
-
-def _run(args, cfg, cmd: list[str], env: dict, root: str, out_dir: str, hyp_profile: str, under_mps: bool) -> int:
-    """The gate's pytest sessions (the stored examples' replay, then the campaign) and its verdict."""
     t0 = time.time()
     rc = 0
     interrupted = False
@@ -228,8 +191,7 @@ def _run(args, cfg, cmd: list[str], env: dict, root: str, out_dir: str, hyp_prof
               f"cases run so far and the verdict is FAIL", flush=True)
     from .summary import summarise
 
-    mode = " (ranks as MPS clients: no clustered tile configs)" if under_mps else ""
-    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=cfg.profile + mode,
+    summary = summarise(out_dir, pytest_rc=rc, seconds=time.time() - t0, profile=cfg.profile,
                         interrupted=f"time limit of {args.time_limit:.0f}s reached" if interrupted else None)
     print(summary["markdown"])
     return 0 if summary["verdict"] == "PASS" else 1

@@ -89,9 +89,7 @@ import shlex
 import zlib
 from dataclasses import asdict, dataclass, field
 
-from . import mps
 from .layouts import describe as describe_layout
-from .topology import pools_per_gpu
 
 CAPACITY_BADS = ("zero", "over", "huge")  # the bad calls: fuzz.bad_calls.CAPACITY_CALLS
 
@@ -188,7 +186,6 @@ def repro_command(case: Case, spec: PoolSpec, history: list[Case] | None = None)
         + (f" --history {encode_history(history)}" if history else "")
         + (f" --sanitizer {spec.sanitizer}" if spec.sanitizer else "")
         + (f" --nnodes {spec.nnodes}" if spec.nnodes > 1 else "")
-        + (mps.repro_flags(pools_per_gpu()) if spec.topology == "shared-gpu" else "")
     )
 
 

@@ -68,9 +68,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("jobs", "auto", "parallel pytest workers (pytest-xdist -n)", "integer|auto"),
     Setting("pools_per_gpu", None, "rank pools time-slicing one GPU at once (default: a quarter of the cores, "
             "1 to 4)", "integer"),
-    Setting("mps", "0", "shared-gpu ranks run side by side as clients of the gate's own MPS server, each "
-            "with a 1 / (pools per GPU x W) share of the SMs, instead of time-slicing the GPU (fuzz/mps.py; "
-            "clustered tile configs not covered)", "0|1"),
     Setting("nnodes", "1", "hosts (torchrun agents) a rank pool spans; the others run fuzz.node_agent",
             "integer"),
     Setting("control_address", "127.0.0.1", "where the driver's control channel listens; ranks and node "
@@ -100,10 +97,10 @@ BY_NAME = {s.name: s for s in SETTINGS}
 #: The flags each command-line tool takes (every tool spells them the same way).
 COMMON = {
     "ci/gate": ("impl", "world_sizes", "topology", "profile", "report_dir", "examples", "hypothesis_db",
-                "case_deadline", "jobs", "pools_per_gpu", "mps", "nnodes", "control_address", "rdzv_endpoint"),
+                "case_deadline", "jobs", "pools_per_gpu", "nnodes", "control_address", "rdzv_endpoint"),
     "pytest fuzz/": ("impl", "world_sizes", "topology", "nnodes", "control_address", "rdzv_endpoint"),
-    "fuzz.repro": ("impl", "world_sizes", "topology", "case_deadline", "pools_per_gpu", "mps", "nnodes",
-                   "control_address", "rdzv_endpoint"),
+    "fuzz.repro": ("impl", "world_sizes", "topology", "case_deadline", "nnodes", "control_address",
+                   "rdzv_endpoint"),
     "fuzz.differential": ("impl", "world_sizes", "topology", "profile", "case_deadline", "nnodes",
                           "control_address", "rdzv_endpoint"),
     "mutants.meta": ("impl", "world_sizes", "profile", "report_dir", "jobs", "case_deadline"),
@@ -119,7 +116,6 @@ IMPL_ENV = "_GEMM_RS_IMPL"              # the implementation a rank loads
 TOPOLOGY_ENV = "_GEMM_RS_TOPOLOGY"      # the topology a rank runs on
 NODE_ENV = "_GEMM_RS_NODE"              # the node (torchrun agent) a rank belongs to
 KILL_ORDER_ENV = "_GEMM_RS_KILL_ORDER"  # mutants.meta -> mutants.stop_at_first_failure
-MPS_ENV = "_GEMM_RS_MPS"                # ci/gate --mps 1 -> its pools: the ranks are clients of the run's MPS server
 
 #: The signal that asks a rank for its stacks (faulthandler, fuzz/rank_worker.py): a real-time signal, since
 #: libraries a rank loads may take SIGUSR1 for themselves (in fused-kernel ranks on an H200 SIGUSR1 stopped

@@ -18,8 +18,6 @@ from fuzz.config import current
 from fuzz.pool import RankPool, prepare_agent
 from fuzz.record import record_collected
 from fuzz.topology import (
-    CPU_WORLD_SIZES,
-    GPU_WORLD_SIZES,
     GpuLease,
     available_topologies,
     gpu_count,
@@ -119,7 +117,7 @@ def gate_matrix(cfg=None) -> list[tuple[str, str, int]]:
             out.append((impl, UNRUNNABLE, 0))
             continue
         for topo in runnable:
-            ws = [int(w) for w in sizes] if sizes else list(CPU_WORLD_SIZES if topo == "cpu" else GPU_WORLD_SIZES)
+            ws = [int(w) for w in sizes] if sizes else ([1, 2, 3, 4, 8] if topo == "cpu" else [1, 2, 4, 8, 16])
             if topo == "multi-gpu" and not sizes:
                 ws = [w for w in ws if 2 <= w <= gpu_count() * hosts]  # one GPU per rank; W=1 is shared-gpu's
             if topo == "shared-gpu" and not sizes:  # W = 16 (CONTRACT: "M=129, W=16") where a GPU holds 16 ranks

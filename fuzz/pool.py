@@ -42,7 +42,7 @@ import tempfile
 import time
 import uuid
 
-from . import mps, native_stacks, verdict, warm_agent
+from . import native_stacks, verdict, warm_agent
 from .case import Case, PoolSpec
 from .channel import Channel, ChannelClosed
 from .config import DRIVER_ENV, DRIVER_PID_ENV, IMPL_ENV, LOGDIR_ENV, NODE_ENV, current
@@ -51,7 +51,7 @@ from .node import STACKS_WAIT_S, LocalNode, PoolError, first_failure, killpg_whi
 from .node_agent import RemoteNode
 from .report import CaseReport
 from .status import Status
-from .topology import pools_per_gpu, rank_env
+from .topology import rank_env
 
 __all__ = ["RankPool", "PoolError", "first_failure", "killpg_while_alive", "DEFAULT_DEADLINE", "START_TIMEOUT",
            "STACKS_WAIT_S"]
@@ -71,7 +71,6 @@ def rank_process_env(spec: PoolSpec, gpus: list[int] | None, extra_env: dict[str
                      driver: str) -> tuple[dict[str, str], tuple[str, ...]]:
     """What the environment of a pool's ranks (and its torchrun agent) adds to this host's, and what it drops."""
     add = rank_env(spec.topology, gpus)
-    add.update(mps.rank_share_env(spec.topology, spec.world_size, pools_per_gpu()))
     add.update(extra_env)
     add.update({DRIVER_ENV: driver, IMPL_ENV: spec.impl, "OMP_NUM_THREADS": RANK_THREADS, "PYTHONUNBUFFERED": "1"})
     if spec.optimize:

@@ -4,18 +4,15 @@ Starts a fresh pool of the same kind (``python -O`` here gives ranks optimize le
 prints the report and ``verdict: <STATUS>``, exits 0 if it passed and 1 otherwise (2 on bad arguments).
 Every failure the suite reports ends with such a line (REPRO: ...). Several ``--impl`` or ``--world-sizes``
 rerun the case on each combination (exit 0 only if every one passed). A case from a pool across nodes
-(``--nnodes N``) needs its node agents again (README, "Multi-node"); one the gate ran under its MPS server
-(``--mps 1``, with the pools per GPU that set its share) replays under a server of its own.
+(``--nnodes N``) needs its node agents again (README, "Multi-node").
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-import tempfile
 
-from . import config, mps
+from . import config
 from .case import Case, PoolSpec, decode_history
 from .pool import RankPool
 from .record import record
@@ -33,18 +30,8 @@ def main(argv=None) -> int:
     cfg = config.install(args)
     if not cfg.world_sizes:
         ap.error("--world-sizes is required (the W of the REPRO line)")
-    try:  # a case the gate ran under its MPS server (the REPRO line says so) replays under one, at the same share
-        under_mps = mps.requested(cfg.mps, [cfg.topology or "cpu"])
-    except mps.MpsError as exc:
-        ap.error(str(exc))
     case = Case.from_json(args.case)
     history = decode_history(args.history) if args.history else []
-    with mps.server(tempfile.mkdtemp(prefix="gemm-rs-mps-log-")) if under_mps else contextlib.nullcontext():
-        return _replay(cfg, args, case, history)
-
-
-def _replay(cfg, args, case: Case, history: list[Case]) -> int:
-    """The case on a fresh pool per (implementation, W), its report printed; 0 when every one passed."""
     ok = True
     for impl in cfg.csv("impl") or ["unfused"]:
         for w in (int(x) for x in cfg.csv("world_sizes")):

@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from .config import BY_NAME, TOPOLOGY_ENV, current
 
 TOPOLOGIES = ("cpu", "shared-gpu", "multi-gpu")
-#: The world sizes a topology is gated at when none are named (GPU topologies: those a GPU or the host holds).
-CPU_WORLD_SIZES = (1, 2, 3, 4, 8)
-GPU_WORLD_SIZES = (1, 2, 4, 8, 16)
 
 MULTICAST_OFF = {
     "NCCL_NVLS_ENABLE": "0",
