@@ -45,15 +45,16 @@ of e-1, which by (1) happen), so the ``done`` waits of call e are satisfied and 
 all tiles of e, so every ``ready`` wait of e is satisfied. Ranks sharing one GPU are separate
 processes whose kernels time-slice: a spinning kernel is pre-empted and the peer's kernel runs, so
 the spins make progress (nanosleep backoff keeps the spinning lanes light). Under MPS (one server context,
-ranks' kernels side by side, no pre-emption between clients) (2) holds only where each rank's SM share fits its
-whole grid at once: shares summing to at most 100 % of the GPU (the user's to set), and no clustered tiles -- the
-cluster occupancy query answers for the whole GPU, and a rank's 66-SM share (50 %) did not hold its 33 two-CTA
-clusters (one H200, 23rd session: the 60 s trap; unclustered, the same case passed; docs/evidence/2026-12-03-
-nightly-matrix-literal-mps/): an MPS client compiles no clustered config (``wrapper.device_facts``). Even
-so, MPS does not promise (2): a share caps the SMs a client uses, it reserves none -- with 4 pools of W = 2, 4,
-8 at 12, 6, 3 % per rank (shares summing to at most 96 %) a W = 8 call hit the trap, and one client's trap tore
-down every client of the server (one H200, 25th session, docs/evidence/2026-12-04-mps-gate/).
-Run TP ranks that share a GPU time-sliced.
+ranks' kernels side by side, no pre-emption between clients) (2) needs every rank's whole grid resident at once,
+which MPS does not promise. Clustered tiles: the cluster occupancy query answers for the whole GPU, and a rank's
+66-SM share (50 %) did not hold its 33 two-CTA clusters (one H200, 23rd session: the 60 s trap; unclustered, the
+same case passed; docs/evidence/2026-12-03-nightly-matrix-literal-mps/): an MPS client compiles no clustered config
+(``wrapper.device_facts``). Unclustered: a share bounds how many SMs a client uses, not which, and small shares
+round up (3 % and 6 % both got 8 SMs on an H200): 4 pools of W = 8 at 3 % each were 256 SMs' worth and a W = 8
+call hit the trap; with the SMs budgeted (4 ranks at 32 SMs, two of them in the fused call) a full-grid call still
+did -- likely two clients' grids contending for the same SMs; a hang only truly concurrent ranks open (W > 2 has not
+run a GPU per rank) is not excluded yet -- and one client's trap tears down every client of the server (one H200,
+25th session, docs/evidence/2026-12-04-mps-gate/). Run TP ranks that share a GPU time-sliced.
 A late rank only delays the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables)
 executes ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
 
