@@ -54,7 +54,8 @@ round up (3 % and 6 % both got 8 SMs on an H200): 4 pools of W = 8 at 3 % each w
 call hit the trap; with the SMs budgeted (4 ranks at 32 SMs, two of them in the fused call) a full-grid call still
 did -- likely two clients' grids contending for the same SMs; a hang only truly concurrent ranks open (W > 2 has not
 run a GPU per rank) is not excluded yet -- and one client's trap tears down every client of the server (one H200,
-25th session, docs/evidence/2026-12-04-mps-gate/). Run TP ranks that share a GPU time-sliced.
+25th session, docs/evidence/2026-12-04-mps-gate/). So a group with an MPS client runs the unfused fallback
+(``wrapper.check_mps_clients``): run TP ranks that share a GPU time-sliced.
 A late rank only delays the others. A spin that sees no progress for ``spin_timeout_s`` (default 60 s; 0 disables)
 executes ``trap``: a broken peer shows up as a CUDA error instead of a silent hang.
 

@@ -229,6 +229,21 @@ def agreed_device_facts(per_rank: list[dict]) -> tuple[int, frozenset]:
     return sm_count, sizes
 
 
+def check_mps_clients(per_rank: list[dict]) -> str | None:
+    """The reason the fused path cannot run where any rank of the group is an MPS client (:func:`device_facts`,
+    gathered on the group so every rank answers alike): the persistent grid's deadlock freedom needs it resident
+    at once (design record, ``gemm_rs.py``), and MPS does not promise that -- a share bounds how many SMs a client
+    uses, not which; on one H200 full-grid calls hit the spin-timeout trap, which tears down every client of the
+    server (25th session, docs/evidence/2026-12-04-mps-gate/). The unfused fallback serves such a group."""
+    clients = [rank for rank, facts in enumerate(per_rank) if facts and facts.get("mps")]
+    return f"group rank(s) {clients} are MPS clients: {MPS_REASON}" if clients else None
+
+
+#: Why an MPS client gets no fused path (:func:`check_mps_clients`, :meth:`FusedGemmRs.main_path_support`).
+MPS_REASON = ("the fused kernel's persistent grid is not promised to be resident at once under MPS (a deadlock, "
+              "then a trap that ends every client of the server); run the ranks without MPS")
+
+
 #: Where :meth:`FusedGemmRs.declared_paths` looks for a call of each tile config: (N, K) shapes and row counts,
 #: cheapest first. The long-K ones are the smallest weights (24-41 MiB) whose calls take each split-K config and
 #: number of K parts (since the clustered 64-row tiles, 11th session: P = 3 only, at M = 448 .. 511; a first choice
@@ -300,6 +315,7 @@ class FusedGemmRs(GemmRsImplementation):
         self._small_m_config = small_m_config
         self._tile_configs = {}  # protocol -> its tile configs (kernel_protocols())
         self._agreed_facts = None  # (SM count, cluster sizes) the tile configs are built for (_device_facts)
+        self._group_facts = []  # every group rank's device_facts, gathered at construction (W = 1: this rank's)
         self._path_table = None  # (first M, kernel path name) pieces, worked out once (path_table)
         self._compiled = None  # protocol -> one compiled kernel per tile config, for every M and rank
         self._workspace = None
@@ -323,6 +339,11 @@ class FusedGemmRs(GemmRsImplementation):
                                         for p in self.kernel_protocols())
             if self.world_size > 1:
                 self._agree_device_facts()
+            else:
+                self._group_facts = [device_facts(self.device)]
+            self._config_reason = check_mps_clients(self._group_facts)
+        if self._config_reason is None:
+            if self.world_size > 1:
                 self._allocate_workspace()
                 self._choose_push_order()
             self._allocate_split_parts()
@@ -333,8 +354,11 @@ class FusedGemmRs(GemmRsImplementation):
     # --- eligibility ----------------------------------------------------------------------------
     def main_path_support(self) -> Eligibility:
         """Whether this host can build the fused kernel at all: a CUDA device of capability 9.0,
-        nvidia-cutlass-dsl importable, torch symmetric memory for W > 1. Shapes and the group: ``can_run``."""
+        nvidia-cutlass-dsl importable, torch symmetric memory for W > 1, this process no MPS client (its group's
+        fused path would never run: :func:`check_mps_clients`). Shapes and the group: ``can_run``."""
         reason = self._host_ineligibility()
+        if reason is None and mps_client(self.device.index or 0):  # a gate run under MPS cannot gate the kernel
+            reason = f"this rank is an MPS client: {MPS_REASON}"
         return Eligibility(reason is None, reason or "")
 
     def _host_ineligibility(self) -> str | None:
@@ -568,6 +592,7 @@ class FusedGemmRs(GemmRsImplementation):
         mine = device_facts(self.device)
         per_rank = [None] * self.world_size
         dist.all_gather_object(per_rank, mine, group=self.group)
+        self._group_facts = per_rank
         self._agreed_facts = agreed_device_facts(per_rank)
         if agreed_device_facts([mine]) != self._agreed_facts:
             warnings.warn(f"rank {self.rank}: the group's GPUs differ in what the tile configs read (per group rank: "

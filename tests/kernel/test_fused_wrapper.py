@@ -719,6 +719,54 @@ def test_an_mps_client_compiles_no_clustered_config(monkeypatch):
         assert mps_client(0) is False  # no driver to ask
 
 
+def test_a_group_with_an_mps_client_runs_no_fused_kernel():
+    """Under MPS the persistent grid is not promised to be resident at once (one H200, 25th session: a full-grid
+    call trapped with the clients' SMs budgeted, 4 x 32 of 132): a group any of whose ranks is an MPS client gets
+    the reason -- the same on every rank, from the gathered facts -- and no group without one does."""
+    from kernel.fused.wrapper import check_mps_clients
+
+    own, client = {"sm_count": 132, "mps": False, "clusters": {2: 66}}, {"sm_count": 66, "mps": True, "clusters": {}}
+    assert check_mps_clients([own]) is None and check_mps_clients([own, own, own]) is None
+    assert check_mps_clients([own, {"sm_count": 132, "clusters": {2: 66}}]) is None  # facts from before the query
+    reason = check_mps_clients([own, client, client])
+    assert reason.startswith("group rank(s) [1, 2] are MPS clients:") and "not promised to be resident" in reason
+    assert check_mps_clients([client]).startswith("group rank(s) [0] are MPS clients")
+
+
+@pytest.mark.parametrize("force_fused", [False, True])
+def test_an_mps_client_gets_the_fallback_and_says_why(monkeypatch, force_fused):
+    """Construction as on a Hopper host (every host check passing) but as an MPS client: no kernel is compiled,
+    ``can_run`` and ``main_path_support`` say why, a call runs the declared fallback (forced: raises) -- and a
+    gate run under MPS fails every fused case through ``main_path_available`` instead of gating only the
+    fallback."""
+    built = []
+    monkeypatch.setattr(wrapper_mod, "device_facts", lambda device: {"sm_count": 66, "mps": True, "clusters": {}})
+    monkeypatch.setattr(wrapper_mod, "mps_client", lambda index: True)
+    monkeypatch.setattr(FusedGemmRs, "_host_ineligibility", lambda self: None)
+    monkeypatch.setattr(FusedGemmRs, "_config_ineligibility", lambda self: None)
+    for step in ("_compile", "_allocate_split_parts", "_allocate_workspace"):
+        monkeypatch.setattr(FusedGemmRs, step, lambda self, step=step: built.append(step))
+    impl = _cpu_impl(force_fused=force_fused)
+    x, w = _operands(5)
+    ok = impl.can_run(w)
+    assert not built and not ok and ok.reason.startswith("group rank(s) [0] are MPS clients")
+    support = impl.main_path_support()
+    assert not support and support.reason.startswith("this rank is an MPS client")
+    if force_fused:
+        with pytest.raises(FusedPathUnavailable, match="MPS clients"):
+            impl(x, w)
+    else:
+        y = impl(x, w)
+        assert impl.last_path == "unfused"
+        torch.testing.assert_close(y.float(), x.float() @ w.float().T, rtol=2 * U_BF16, atol=0.05)
+    impl.close()
+    monkeypatch.setattr(wrapper_mod, "device_facts", lambda device: {"sm_count": 132, "mps": False, "clusters": {}})
+    monkeypatch.setattr(wrapper_mod, "mps_client", lambda index: False)
+    impl = _cpu_impl(force_fused=force_fused)  # no client: the fused path is built as before
+    assert built == ["_allocate_split_parts", "_compile"] and impl.main_path_support()
+    impl.close()
+
+
 def test_the_group_agrees_on_the_tile_configs_at_construction(monkeypatch):
     """A rank whose own GPU facts would keep the clustered configs builds none when a peer's cannot run them (its
     occupancy query failed): the ranks' tile configs -- and so every call's kernel -- stay the same; the rank
