@@ -339,8 +339,9 @@ class FusedGemmRs(GemmRsImplementation):
                                         for p in self.kernel_protocols())
             if self.world_size > 1:
                 self._agree_device_facts()
-            else:
+            else:  # this rank's facts, asked once: the tile configs read them too (_device_facts)
                 self._group_facts = [device_facts(self.device)]
+                self._agreed_facts = agreed_device_facts(self._group_facts)
             self._config_reason = check_mps_clients(self._group_facts)
         if self._config_reason is None:
             if self.world_size > 1:
