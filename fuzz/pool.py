@@ -334,6 +334,7 @@ class RankPool:
         self.history = (self.history + [case])[-HISTORY_CASES:]
         if not status.ok:
             report.history = history
+            report.note = "\n".join(p for p in (report.note, mps_note(self.hello)) if p)
             stacks = liveness is not None or set(results) != set(self.hello)  # where is everyone who did not answer
             notes = dead if liveness == Status.DIED else set()
             report_stacks, report.logs, exit_notes = self._diagnose(stacks, notes)
@@ -456,6 +457,21 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: The start-up stages a rank stamps (fuzz/rank_worker.py), in order.
 STARTUP_STAGES = ("main", "torch", "impl", "device", "group")
+
+
+def mps_note(hellos: dict[int, dict]) -> str:
+    """What a failing case's report says when ranks were MPS clients (their hello's ``mps``,
+    :func:`kernel.checks.mps_client`), else nothing: under MPS the ranks' kernels share SMs instead of
+    time-slicing the GPU, a fault or a trap in any client ends every client of the server (a correct case beside
+    it dies), and heavy sharing was seen to make torch's own ``mm`` -- the oracle -- write zeros (one H200,
+    docs/evidence/2026-12-04-mps-gate/). The failure stands (the gate cannot tell whose it is); this says to
+    re-run it without MPS before it is blamed on the implementation."""
+    clients = sorted(r for r, hello in hellos.items() if hello.get("mps"))
+    if not clients:
+        return ""
+    return (f"ranks {clients} ran as MPS clients: a fault in any client of the MPS server ends every client, and "
+            f"clients share SMs -- re-run the REPRO with no MPS control daemon serving the GPU before "
+            f"blaming the implementation")
 
 
 def startup_line(world_size: int, launched: float, done: float, hellos: dict[int, dict]) -> str:

@@ -238,8 +238,12 @@ def main() -> int:
         device = torch.device("cuda", 0)
     else:
         device = torch.device("cuda", local_rank)
+    mps = None  # cpu: no GPU, no MPS
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        from kernel.checks import mps_client
+
+        mps = mps_client(device.index or 0)  # an MPS client's failures say so (fuzz.pool.mps_note)
     stamps["device"] = time.time()
     backend = "nccl" if topology == "multi-gpu" else "gloo"
     dist.init_process_group(backend=backend)
@@ -249,7 +253,7 @@ def main() -> int:
     chan = connect(os.environ[DRIVER_ENV])
     node = int(os.environ.get(NODE_ENV, "0"))
     chan.send({"type": "hello", "rank": rank, "node": node, "pid": os.getpid(), "optimize": sys.flags.optimize,
-               "device": str(device), "torch": torch.__version__, "backend": backend,
+               "device": str(device), "mps": mps, "torch": torch.__version__, "backend": backend,
                "stamps": stamps})
     profiler = CaseProfiler.for_rank(rank, world_size, topology)
     broken = None
@@ -282,7 +286,8 @@ def main() -> int:
         # and a rank whose exception left its peers blocked in a collective still gets its report out.
         chan.send({"type": "result", "id": msg["id"], "rank": rank, "error": error,
                    "checks": [c.to_json() for c in checks],
-                   "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize})
+                   "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize,
+                   "mps": mps})
         broken = broken or between_cases(torch, device, describe_exception)
     profiler.close()
     if preloading is not None:

@@ -33,6 +33,7 @@ def case_row(report: CaseReport, test_id: str = "") -> dict:
         "checks": [dict(c, rank=r) for r, c in report.checks()],
         "paths": {str(r): calls for r, calls in report.paths().items()},
         "rank_optimize": {str(r): m.get("optimize") for r, m in report.ranks.items()},
+        "rank_mps": {str(r): m.get("mps") for r, m in report.ranks.items()},
         "errors": {str(r): tb for r, tb in report.errors().items()},
         "stacks": {str(r): text for r, text in (report.stacks or {}).items()},
         "logs": {str(r): text for r, text in (report.logs or {}).items() if text.strip()},

@@ -302,6 +302,9 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
     env = environment()
     env["optimize_driver"] = sorted({row.get("driver_optimize") for row in cases}) or [sys.flags.optimize]
     env["optimize_ranks"] = sorted({v for row in cases for v in row.get("rank_optimize", {}).values()})
+    mps = {v for row in cases for v in row.get("rank_mps", {}).values() if v is not None}  # GPU ranks only
+    if mps:
+        env["mps_ranks"] = sorted(mps)
     verdict = "PASS" if (pytest_rc == 0 and n_failed == 0 and cases and not interrupted and not unchecked
                          and not test_failures) else "FAIL"
     rows = [
@@ -374,6 +377,12 @@ def render_phases(phases_s: dict[str, float]) -> str:
     return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in parts if v / total >= 0.005)
 
 
+#: The summary's line where ranks of the run were MPS clients (``environment.mps_ranks``; fuzz.pool.mps_note).
+MPS_WARNING = ("**Ranks ran as MPS clients** (`mps_ranks`): their kernels shared SMs instead of time-slicing the GPU, "
+               "and a fault in any client ends every client of the MPS server -- a failure below may be another "
+               "case's; re-run it with no MPS daemon serving the GPU before blaming the implementation.")
+
+
 def render_markdown(s: dict) -> str:
     env = s["environment"]
     lines = [
@@ -383,6 +392,7 @@ def render_markdown(s: dict) -> str:
         f"pytest exit {s['pytest_exit_code']}"
         + (f", INTERRUPTED: {s['interrupted']}" if s.get("interrupted") else "") + ". "
         + ", ".join(f"{k} {v}" for k, v in env.items()),
+        *(["", MPS_WARNING] if True in env.get("mps_ranks", ()) else []),
         "",
         "Paths:",
         "",

@@ -21,6 +21,23 @@ from .errors import (
 ALIGN_BYTES = 16  # TMA and vectorised loads need 16-byte aligned rows and base pointers
 
 
+def mps_client(device_index: int) -> bool:
+    """Whether this process's contexts on the GPU are clients of an MPS server (``CU_DEVICE_ATTRIBUTE_MPS_ENABLED``);
+    False where the driver cannot say (an old driver, no CUDA: the facts as before this query existed). Asked by the
+    fused wrapper (its path declines MPS: ``kernel.fused.wrapper.check_mps_clients``) and by the gate's ranks, whose
+    failures under MPS say so (``fuzz.pool``). A device attribute read: no GPU work, safe under capture."""
+    try:
+        import cuda.bindings.driver as cuda
+
+        err, dev = cuda.cuDeviceGet(device_index)
+        if err != cuda.CUresult.CUDA_SUCCESS:
+            return False
+        err, value = cuda.cuDeviceGetAttribute(cuda.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev)
+        return err == cuda.CUresult.CUDA_SUCCESS and bool(value)
+    except Exception:  # noqa: BLE001 -- no driver library, bindings without the attribute: the driver cannot say
+        return False
+
+
 def check_m_in_range(M: int, max_M: int) -> None:
     if not isinstance(M, int) or isinstance(M, bool):
         raise CapacityError(f"M must be an int, got {type(M).__name__}")

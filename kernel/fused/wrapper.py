@@ -52,7 +52,7 @@ import warnings
 
 import torch
 
-from ..checks import ALIGN_BYTES
+from ..checks import ALIGN_BYTES, mps_client
 from ..errors import FusedPathUnavailable
 from ..interface import Eligibility, GemmRsImplementation, KernelPath
 from .config import (
@@ -183,21 +183,6 @@ def max_active_clusters(device_index: int, cluster_size: int) -> int:
 
 #: Cluster sizes of the tile configs (``kernel.fused.tiles.kernel_configs``: the clustered 64-row tiles are 2-CTA).
 CLUSTER_SIZES = (2,)
-
-
-def mps_client(device_index: int) -> bool:
-    """Whether this process's contexts on the GPU are clients of an MPS server (``CU_DEVICE_ATTRIBUTE_MPS_ENABLED``);
-    False where the driver cannot say (an old driver, no CUDA: the facts as before this query existed)."""
-    try:
-        import cuda.bindings.driver as cuda
-
-        err, dev = cuda.cuDeviceGet(device_index)
-        if err != cuda.CUresult.CUDA_SUCCESS:
-            return False
-        err, value = cuda.cuDeviceGetAttribute(cuda.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev)
-        return err == cuda.CUresult.CUDA_SUCCESS and bool(value)
-    except Exception:  # noqa: BLE001 -- no driver library, bindings without the attribute: the driver cannot say
-        return False
 
 
 def device_facts(device: torch.device) -> dict:

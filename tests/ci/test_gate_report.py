@@ -189,6 +189,25 @@ def test_default_pools_per_gpu():
     assert [default_pools_per_gpu(c) for c in (1, 2, 8, 16, 128)] == [1, 1, 2, 4, 4]
 
 
+def test_mps_client_ranks_are_in_the_environment_and_warned_of(tmp_path):
+    """The ranks' MPS answers (``rank_mps``) reach the summary's environment (``mps_ranks``); where any rank was an
+    MPS client the markdown says its failures may be another client's. cpu ranks (None) and records from before
+    the field add no key; GPU ranks off MPS (False) are shown, with no warning."""
+    from fuzz.summary import MPS_WARNING
+
+    for rows, env, warned in (([_row(), _row(ms=(9,))], None, False),
+                              ([_row(rank_mps={"0": None, "1": None})], None, False),
+                              ([_row(rank_mps={"0": False, "1": False})], [False], False),
+                              ([_row(rank_mps={"0": False, "1": False}),
+                                _row(status="failed", ms=(3,), rank_mps={"0": True, "1": True})], [False, True], True)):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        out.mkdir()
+        _write(out, rows)
+        s = summarise(str(out), pytest_rc=0, seconds=1.0, profile="ci")
+        assert s["environment"].get("mps_ranks") == env, (rows, s["environment"])
+        assert (MPS_WARNING in (out / "summary.md").read_text()) == warned, rows
+
+
 @pytest.mark.multiproc
 @pytest.mark.parametrize("impl, verdict, rc", [("unfused", "PASS", 0),
                                                ("mutants.catalogue:WrongDtypeAccepted", "FAIL", 1)])
@@ -207,6 +226,7 @@ def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
         assert (out / name).exists(), name
     s = json.loads((out / "summary.json").read_text())
     assert s["verdict"] == verdict and s["cases"] > 0 and s["environment"]["optimize_ranks"] == [1]
+    assert "mps_ranks" not in s["environment"]  # cpu ranks have no GPU to be an MPS client of
     if verdict == "FAIL":
         assert s["failures"] and all("fuzz.repro" in f["repro"] for f in s["failures"])
         # the failure Hypothesis reported was shrunk to the simplest bad call (every bad call at M=1 on the

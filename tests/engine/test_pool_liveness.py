@@ -367,3 +367,31 @@ def test_native_stacks_setting_and_proc_fallback():
     text = native_stacks.proc_threads(os.getpid())
     assert f"pid {os.getpid()}" in text and "wchan" in text and "tid" in text
     assert "no /proc entry" in native_stacks.proc_threads(2 ** 30)
+
+
+def test_a_failure_on_mps_client_ranks_says_so_a_pass_and_other_ranks_do_not():
+    """Ranks say at hello whether they are MPS clients (``kernel.checks.mps_client``; cpu ranks: None). A failing
+    case of a pool with MPS-client ranks names them and says to re-run without MPS (a fault in any client ends
+    every client: the failure may be another case's); a passing case, and a failure without MPS, say nothing of it.
+    The CPU has no MPS: the driver-side hellos are set as an MPS host's ranks would send them."""
+    from fuzz.pool import mps_note
+
+    assert mps_note({0: {"mps": False}, 1: {"mps": None}, 2: {}}) == ""
+    assert mps_note({0: {"mps": False}, 1: {"mps": True}, 3: {"mps": True}}).startswith("ranks [1, 3] ran as MPS "
+                                                                                         "clients")
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=2))
+    try:
+        plain = pool.run(Case("compute", ms=[7], kind="exact", **SMALL), deadline=60)
+        assert plain.status == Status.FAILED and "MPS" not in plain.note, plain.render()
+        pool.start()
+        assert {r: hello["mps"] for r, hello in pool.hello.items()} == {0: None, 1: None}  # cpu ranks: no GPU
+        for hello in pool.hello.values():
+            hello["mps"] = True
+        passed = pool.run(Case("compute", ms=[8], kind="exact", **SMALL), deadline=60)
+        assert passed.passed and "MPS" not in passed.note, passed.render()
+        failed = pool.run(Case("compute", ms=[7], kind="exact", **SMALL), deadline=60)
+        assert failed.status == Status.FAILED, failed.render()
+        assert "ranks [0, 1] ran as MPS clients" in failed.note and "MPS clients" in failed.render()
+        assert all(msg.get("mps") is None for msg in failed.ranks.values())  # what the ranks themselves said
+    finally:
+        pool.close()
