@@ -120,7 +120,7 @@ class UnfusedGemmRs(GemmRsImplementation):
         collectives.reduce_scatter(shard, partials, self.group, self._staging)
         n_valid = self.valid_rows(M)
         if out is None:
-            out = torch.zeros(S, self.N, dtype=torch.bfloat16, device=self.device)
+            out = self.fresh_result(M)
         out[:n_valid].copy_(shard[:n_valid])
         self.last_path = "unfused"
         return out

@@ -419,7 +419,7 @@ class FusedGemmRs(GemmRsImplementation):
         if self._compiled is None:
             raise RuntimeError("FusedGemmRs used after close()")
         if out is None:  # a fresh result: its padding rows hold zeros (CONTRACT.md, "Result")
-            out = torch.zeros(self.shard_rows(M), self.N, dtype=torch.bfloat16, device=self.device)
+            out = self.fresh_result(M)
         self._launch(x, w, out, M)
         self.last_path = self.main_path
         return out
