@@ -21,9 +21,10 @@ from .errors import (
 ALIGN_BYTES = 16  # TMA and vectorised loads need 16-byte aligned rows and base pointers
 
 
-def mps_client(device_index: int) -> bool:
+def mps_client(device_index: int) -> bool | None:
     """Whether this process's contexts on the GPU are clients of an MPS server (``CU_DEVICE_ATTRIBUTE_MPS_ENABLED``);
-    False where the driver cannot say (an old driver, no CUDA: the facts as before this query existed). Asked by the
+    None where the driver cannot say (no ``cuda.bindings``, an old driver, no CUDA; falsy: the fused path's facts as
+    before this query existed, and the gate's report shows no answer rather than a "no"). Asked by the
     fused wrapper (its path declines MPS: ``kernel.fused.wrapper.check_mps_clients``) and by the gate's ranks, whose
     failures under MPS say so (``fuzz.pool``). A device attribute read: no GPU work, safe under capture."""
     try:
@@ -31,11 +32,11 @@ def mps_client(device_index: int) -> bool:
 
         err, dev = cuda.cuDeviceGet(device_index)
         if err != cuda.CUresult.CUDA_SUCCESS:
-            return False
+            return None
         err, value = cuda.cuDeviceGetAttribute(cuda.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev)
-        return err == cuda.CUresult.CUDA_SUCCESS and bool(value)
+        return bool(value) if err == cuda.CUresult.CUDA_SUCCESS else None
     except Exception:  # noqa: BLE001 -- no driver library, bindings without the attribute: the driver cannot say
-        return False
+        return None
 
 
 def check_m_in_range(M: int, max_M: int) -> None:

@@ -716,7 +716,7 @@ def test_an_mps_client_compiles_no_clustered_config(monkeypatch):
     assert agreed_device_facts([own]) == (66, frozenset({2}))
     assert agreed_device_facts([own, client]) == (66, frozenset())  # one client in the group: none anywhere
     if not torch.cuda.is_available():
-        assert mps_client(0) is False  # no driver to ask
+        assert mps_client(0) is None  # no driver to ask: no answer, not a "no"
 
 
 def test_a_group_with_an_mps_client_runs_no_fused_kernel():
