@@ -20,10 +20,10 @@ for M, N, K in [(512, 7168, 2048), (2048, 7168, 2048), (8192, 7168, 2048), (8192
     got = impl(x, w)
     ok = bool(torch.equal(got, impl(x, w, out=y))) and bool(torch.equal(got, x @ w.T))  # bitwise, as bench_gemm's
     t = {}
-    t["new"] = statistics.median(graph_samples(torch, [lambda: impl(x, w)] * 10, 25))
-    t["old"] = statistics.median(graph_samples(
-        torch, [lambda: impl(x, w, out=torch.zeros(M, N, device=dev, dtype=torch.bfloat16))] * 10, 25))
-    t["out"] = statistics.median(graph_samples(torch, [lambda: impl(x, w, out=y)] * 10, 25))
+    t["new"] = statistics.median(graph_samples(torch, [lambda i=impl, a=x, b=w: i(a, b)] * 10, 25))
+    old = [lambda i=impl, a=x, b=w, m=M, n=N: i(a, b, out=torch.zeros(m, n, device=dev, dtype=torch.bfloat16))]
+    t["old"] = statistics.median(graph_samples(torch, old * 10, 25))
+    t["out"] = statistics.median(graph_samples(torch, [lambda i=impl, a=x, b=w, c=y: i(a, b, out=c)] * 10, 25))
     print(f"{M:>6} {N:>6} {K:>6} | {t['new'] * 1e6:>11.1f} {t['old'] * 1e6:>15.1f} {t['out'] * 1e6:>8.1f} | "
           f"{(t['old'] - t['new']) * 1e6:6.1f} us ({100 * (t['old'] - t['new']) / t['old']:.1f} %)"
           f"{'' if ok else '  RESULT MISMATCH'}", flush=True)
