@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .config import (
     DEFAULT_ARCH,
@@ -130,34 +131,56 @@ class CompiledGemmRs(CompiledKernel):
 
 
 # --- launch arguments (the same builder serves the compile, with placeholder pointers) -------------------
-def _ptr(dtype, address: int):
+#: The launch arguments' DSL objects, kept by value (26th session): building them was the bulk of a launch's own
+#: host time -- ``make_ptr`` ~2.3 us and ``Int32`` ~1 us each, 9 us per W = 1 GEMM call, 24 / 48 us per pull call
+#: at W = 2 / 8 (one pointer per peer partial and flag area; CPU, 2 cores) -- while a call's values repeat: the
+#: peers' pointers, N, K, the rank and the slots are fixed per instance, w is the same weight, x and out come back
+#: from the caching allocator at the same addresses, M repeats. A pointer object stands for its address and
+#: nothing else (the same address gives an equal argument), so a cached one is what a new one would be.
+ARG_CACHE = 4096
+
+
+def _new_ptr(dtype, address: int):
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_ptr
 
     return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=16)
 
 
-def _gemm_args(x_ptr, w_ptr, y_ptr, M, N, K, stream) -> tuple:
+def _new_i32(value: int):
     import cutlass
 
+    return cutlass.Int32(value)
+
+
+#: Launches' builders; the compile's are the uncached ones (a traced argument never becomes a launch's).
+_ptr = lru_cache(maxsize=ARG_CACHE)(_new_ptr)
+_i32 = lru_cache(maxsize=ARG_CACHE)(_new_i32)
+
+
+def _gemm_args(x_ptr, w_ptr, y_ptr, M, N, K, stream, *, fresh: bool = False) -> tuple:
+    """The GEMM's kernel arguments; ``fresh``: new objects (the compile), else the cached ones (launches)."""
+    import cutlass
+
+    ptr, i32 = (_new_ptr, _new_i32) if fresh else (_ptr, _i32)
     bf16 = cutlass.BFloat16
-    return (_ptr(bf16, x_ptr), _ptr(bf16, w_ptr), _ptr(bf16, y_ptr), cutlass.Int32(M), cutlass.Int32(N),
-            cutlass.Int32(K), stream)
+    return (ptr(bf16, x_ptr), ptr(bf16, w_ptr), ptr(bf16, y_ptr), i32(M), i32(N), i32(K), stream)
 
 
 def _rs_args(protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, N, K, slots, slot_rows, rank,
-             stream, split=None) -> tuple:
+             stream, split=None, *, fresh: bool = False) -> tuple:
     """The kernel arguments of either protocol (their ``__call__`` signatures); ``split``: a split-K build's
-    ``(parts_ptr, part_flags_ptr, P)``, after the peer pointers."""
+    ``(parts_ptr, part_flags_ptr, P)``, after the peer pointers; ``fresh`` as :func:`_gemm_args`'s."""
     import cutlass
 
-    bf16, i32 = cutlass.BFloat16, cutlass.Int32
-    head = (_ptr(bf16, x_ptr), _ptr(bf16, w_ptr), _ptr(bf16, out_ptr))
-    peers = tuple(_ptr(bf16, p) for p in partial_ptrs) + tuple(_ptr(i32, p) for p in flag_ptrs)
+    ptr, i32 = (_new_ptr, _new_i32) if fresh else (_ptr, _i32)
+    bf16 = cutlass.BFloat16
+    head = (ptr(bf16, x_ptr), ptr(bf16, w_ptr), ptr(bf16, out_ptr))
+    peers = tuple(ptr(bf16, p) for p in partial_ptrs) + tuple(ptr(cutlass.Int32, p) for p in flag_ptrs)
     if split is not None:
-        peers += (_ptr(cutlass.Float32, split[0]), _ptr(i32, split[1]))
+        peers += (ptr(cutlass.Float32, split[0]), ptr(cutlass.Int32, split[1]))
     if protocol == "pull":
-        return head + (_ptr(bf16, partial_ptrs[rank]), i32(M), i32(N), i32(K), i32(slots), i32(rank),
+        return head + (ptr(bf16, partial_ptrs[rank]), i32(M), i32(N), i32(K), i32(slots), i32(rank),
                        i32(1 if split is None else split[2]), stream) + peers
     return head + (i32(M), i32(N), i32(K), i32(slot_rows), i32(slots), i32(rank), stream) + peers
 
@@ -241,7 +264,7 @@ def _compile_gemm(key: CompileKey) -> CompiledGemm:
     import cuda.bindings.driver as cuda
 
     kern = _kernel_of(key)
-    args = _gemm_args(_PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, 1, 64, 64, cuda.CUstream(0))
+    args = _gemm_args(_PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, 1, 64, 64, cuda.CUstream(0), fresh=True)
     fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemm(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 
@@ -253,7 +276,7 @@ def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
     W = key.world_size
     split = (_PLACEHOLDER, _PLACEHOLDER, 2) if key.config.split_k else None
     args = _rs_args(key.protocol, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, [_PLACEHOLDER] * W, [_PLACEHOLDER] * W,
-                    1, 64, 64, 1, 1, 0, cuda.CUstream(0), split)
+                    1, 64, 64, 1, 1, 0, cuda.CUstream(0), split, fresh=True)
     fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemmRs(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 
