@@ -2,8 +2,10 @@
 
 For each (M, N, K): check correctness against an fp64 truth first (derived bound, as the tests), then
 time both with CUDA graphs of ``REPS`` back-to-back calls, inputs rotated over enough buffer sets that
-the working set exceeds L2, median of ``TRIALS`` graph replays. Prints TFLOP/s of both and the ratio,
-plus the compile seconds per (N, K) configuration.
+the working set exceeds L2, ``TRIALS`` replays of each graph, the two interleaved (``_timing.interleaved_samples``:
+a clock drift lands on both sides). Prints TFLOP/s of both (medians), the ratio, and the quartiles of the
+replay-by-replay ratios (``q1-q3``: how far one run can be trusted), plus the compile seconds per (N, K)
+configuration.
 
     python bench/bench_gemm.py [--ms 128,512,...] [--ns 4096,7168] [--ks 2048,4096] [--protocol pull|push]
 
@@ -26,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _timing import graph_samples  # noqa: E402
+from _timing import interleaved_samples, paired_ratios, spread  # noqa: E402
 
 from kernel.fused import FusedGemmRs  # noqa: E402
 from kernel.fused.compile import compile_stats  # noqa: E402
@@ -50,13 +52,9 @@ def check(impl, M, N, K) -> tuple[str, float]:
     return "ok" if bad == 0 else f"FAIL({bad} out of bound)", same
 
 
-def time_graph(fn_list) -> float:
-    """Median seconds per call of a graph that runs every closure in fn_list once."""
-    return statistics.median(graph_samples(torch, fn_list, TRIALS))
-
-
-def bench_one(impl, M, N, K, dev) -> tuple[float, float]:
-    """TFLOP/s of ours and of torch.mm, inputs rotated so that the working set exceeds L2."""
+def bench_one(impl, M, N, K, dev) -> tuple[float, float, tuple[float, float, float]]:
+    """TFLOP/s of ours and of torch.mm (medians), inputs rotated so that the working set exceeds L2, the two
+    graphs' replays interleaved; and the quartiles of the replay-by-replay ratios ours / torch.mm (speed)."""
     set_bytes = 2 * (M * K + N * K + M * N)
     nsets = max(2, min(REPS, -(-2 * L2_BYTES // set_bytes)))
     xs = [torch.randn(M, K, device=dev).bfloat16() for _ in range(nsets)]
@@ -65,9 +63,10 @@ def bench_one(impl, M, N, K, dev) -> tuple[float, float]:
     sets = [(xs[i % nsets], ws[i % nsets], ys[i % nsets]) for i in range(REPS)]
     ours = [lambda a=a, b=b, c=c: impl(a, b, out=c) for a, b, c in sets]
     theirs = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in sets]
-    t_ours, t_mm = time_graph(ours), time_graph(theirs)
+    t = interleaved_samples(torch, {"ours": ours, "mm": theirs}, TRIALS)
     flops = 2.0 * M * N * K
-    return flops / t_ours / 1e12, flops / t_mm / 1e12
+    quartiles = spread(paired_ratios(t["mm"], t["ours"]))
+    return flops / statistics.median(t["ours"]) / 1e12, flops / statistics.median(t["mm"]) / 1e12, quartiles
 
 
 class _Forced:
@@ -176,7 +175,7 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {args.protocol} tile configs")
     hdr = (
         f"{'M':>6} {'N':>6} {'K':>6} | {'check':>6} {'max|ours-mm|':>12} | "
-        f"{'ours TF/s':>9} {'mm TF/s':>9} {'ratio':>6} | tile"
+        f"{'ours TF/s':>9} {'mm TF/s':>9} {'ratio':>6} {'q1-q3':>9} | tile"
     )
     print(hdr)
     print("-" * len(hdr))
@@ -189,10 +188,10 @@ def main() -> None:
                 impl.reserve_every_split()
             for M in ms:
                 verdict, diff = check(impl, M, N, K)
-                tf_o, tf_m = bench_one(impl, M, N, K, dev)
+                tf_o, tf_m, (q1, _, q3) = bench_one(impl, M, N, K, dev)
                 print(
                     f"{M:>6} {N:>6} {K:>6} | {verdict:>6} {diff:>12.4g} | "
-                    f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} | {tile_name(impl, M)}",
+                    f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} {q1:>4.2f}-{q3:<4.2f} | {tile_name(impl, M)}",
                     flush=True,
                 )
                 if args.all_tiles:

@@ -56,7 +56,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _timing import graph_samples  # noqa: E402
+from _timing import graph_samples, interleaved_samples  # noqa: E402
 
 L2_BYTES = 60 * 2**20
 SHARED_NOTE = ("shared-gpu: the W ranks time-slice one GPU, so fused-vs-unfused timings are meaningless "
@@ -352,8 +352,8 @@ def main() -> int:  # noqa: C901 — a linear script
                 flops = 2.0 * M * N * K
                 core_calls = [lambda a=a, b=b, c=c, i=core: i(a, b, out=c) for a, b, c in full]
                 mm_calls = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in full]
-                t_core = statistics.median(graph_samples(torch, core_calls, args.samples))
-                t_mm = statistics.median(graph_samples(torch, mm_calls, args.samples))
+                t = interleaved_samples(torch, {"core": core_calls, "mm": mm_calls}, args.samples)
+                t_core, t_mm = statistics.median(t["core"]), statistics.median(t["mm"])
                 row["core_tflops"], row["mm_tflops"] = flops / t_core / 1e12, flops / t_mm / 1e12
                 row["core_tiles"] = "{}x{}".format(*_tile(core, M))
             dist.barrier(group=ctrl)
