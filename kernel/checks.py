@@ -62,7 +62,10 @@ def _fmt_supported(supported) -> str:
     return ", ".join(str(s) for s in supported)
 
 
-def check_bf16_2d(name: str, t, device: torch.device) -> None:
+def check_bf16_2d(name: str, t, device: torch.device) -> tuple[int, int] | None:
+    """A bf16, 2-D, row-major contiguous, 16-byte aligned tensor on ``device``, else the typed error; returns the
+    byte span ``(first, end)`` it covers, None when it holds no element (for :func:`check_operands`'s overlap
+    check, so that the tensor's metadata is read once per call)."""
     if not isinstance(t, torch.Tensor):
         raise ShapeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 2:
@@ -76,8 +79,13 @@ def check_bf16_2d(name: str, t, device: torch.device) -> None:
             f"{name} must be row-major contiguous (strides {t.stride()}); pass {name}.contiguous() "
             f"or, for a weight, W of shape (N, K) rather than W.mT"
         )
-    if t.numel() and t.data_ptr() % ALIGN_BYTES:
+    n = t.numel()
+    if not n:
+        return None
+    first = t.data_ptr()
+    if first % ALIGN_BYTES:
         raise LayoutError(f"{name}.data_ptr() is not {ALIGN_BYTES}-byte aligned; pass a fresh tensor")
+    return first, first + 2 * n  # bf16: two bytes an element
 
 
 def check_operands(x, w, out, *, N: int, K: int, max_M: int, world_size: int, device: torch.device) -> int:
@@ -86,30 +94,35 @@ def check_operands(x, w, out, *, N: int, K: int, max_M: int, world_size: int, de
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         check_bf16_2d("x", x, device)
     check_m_in_range(int(x.shape[0]), max_M)
-    check_bf16_2d("x", x, device)
-    check_bf16_2d("w", w, device)
+    x_span = check_bf16_2d("x", x, device)
+    w_span = check_bf16_2d("w", w, device)
     if tuple(w.shape) != (N, K):
         raise ShapeError(f"w has shape {tuple(w.shape)}, expected (N, K) = ({N}, {K}) (nn.Linear layout)")
     if x.shape[1] != K:
         raise ShapeError(f"x has K={x.shape[1]}, w has K={K}; x must be (M, K)")
     M = int(x.shape[0])
     if out is not None:
-        check_bf16_2d("out", out, device)
+        out_span = check_bf16_2d("out", out, device)
         S = shard_rows(M, world_size)
         if tuple(out.shape) != (S, N):
             raise ShapeError(f"out has shape {tuple(out.shape)}, expected (ceil(M/W), N) = ({S}, {N})")
-        if overlaps(out, x) or overlaps(out, w):
+        if spans_overlap(out_span, x_span) or spans_overlap(out_span, w_span):
             raise LayoutError("out overlaps an input; pass a separate buffer")
     return M
+
+
+def spans_overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
+    """Whether two byte spans ``(first, end)`` (None: no bytes) intersect: :func:`overlaps` of tensors on one device
+    whose spans are known."""
+    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the bytes a and b span (first to last element) intersect."""
     if a.device != b.device or not a.numel() or not b.numel():
         return False
-    a0, a1 = a.data_ptr(), a.data_ptr() + a.numel() * a.element_size()
-    b0, b1 = b.data_ptr(), b.data_ptr() + b.numel() * b.element_size()
-    return a0 < b1 and b0 < a1
+    return spans_overlap((a.data_ptr(), a.data_ptr() + a.numel() * a.element_size()),
+                         (b.data_ptr(), b.data_ptr() + b.numel() * b.element_size()))
 
 
 def shard_rows(M: int, world_size: int) -> int:

@@ -25,6 +25,7 @@ Two levels of cache:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -91,6 +93,8 @@ class CompiledKernel:
     N: int = 0
     K: int = 0
     _views: dict = field(default_factory=dict, compare=False, repr=False)
+    #: The DSL's marshalled launch arguments of recent launches (:meth:`_invoke`), shared by every bound view.
+    _marshalled: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
 
     def bound(self, N: int, K: int):
         """This kernel for launches of shape (N, K): a view sharing the compiled function, one per shape (the
@@ -102,6 +106,27 @@ class CompiledKernel:
                                                                      _views={}))
         return view
 
+    def _invoke(self, args: tuple) -> None:
+        """``fn(*args)``: the launch. The DSL's ``__call__`` marshals every argument into C pointers
+        (``generate_execution_args``, ~5 us for the GEMM's 7 arguments on 2 CPU cores, more with a pointer per
+        peer) and then runs the program (``run_compiled_program``); a launch whose argument objects are the same
+        objects as a recent one's -- :func:`_ptr`, :func:`_i32` and :func:`launch_stream` hand out one object per
+        value -- reuses that marshalling. An entry keeps its argument objects (so no id in a key is reused while
+        the entry lives) and the DSL's adapted objects (the stream's C pointer is an address inside the
+        ``CUstream`` object) alive; the oldest of :data:`MARSHALLED_CACHE` entries is dropped first."""
+        key = tuple(map(id, args))
+        entry = self._marshalled.get(key)
+        if entry is None:
+            exe_args, adapted = self.fn.generate_execution_args(*args)
+            entry = self._marshalled[key] = (args, exe_args, adapted)
+            if len(self._marshalled) > MARSHALLED_CACHE:
+                with contextlib.suppress(KeyError):  # another thread's launch emptied it meanwhile
+                    self._marshalled.popitem(last=False)
+        else:
+            with contextlib.suppress(KeyError):  # dropped by another thread's launch: ``entry``, held here, is whole
+                self._marshalled.move_to_end(key)
+        self.fn.run_compiled_program(entry[1])
+
 
 class CompiledGemm(CompiledKernel):
     """``launch(x, w, y, M, stream)`` computes ``y[:M] = x[:M] @ w.T``."""
@@ -110,7 +135,7 @@ class CompiledGemm(CompiledKernel):
         """Queue one GEMM on ``stream`` (a ``cuda.bindings.driver.CUstream``). No host sync.
 
         Pointers are raw device addresses (16-byte aligned, checked by the caller)."""
-        self.fn(*_gemm_args(x_ptr, w_ptr, y_ptr, M, self.N, self.K, stream))
+        self._invoke(_gemm_args(x_ptr, w_ptr, y_ptr, M, self.N, self.K, stream))
         self.launches += 1
 
 
@@ -125,8 +150,8 @@ class CompiledGemmRs(CompiledKernel):
                slot_rows: int, rank: int, stream, split=None) -> None:
         if (split is not None) != self.key.config.split_k:
             raise ValueError("a split-K build takes split=(parts_ptr, part_flags_ptr, P), any other build none")
-        self.fn(*_rs_args(self.key.protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, self.N, self.K,
-                          slots, slot_rows, rank, stream, split))
+        self._invoke(_rs_args(self.key.protocol, x_ptr, w_ptr, out_ptr, partial_ptrs, flag_ptrs, M, self.N,
+                              self.K, slots, slot_rows, rank, stream, split))
         self.launches += 1
 
 
@@ -153,9 +178,21 @@ def _new_i32(value: int):
     return cutlass.Int32(value)
 
 
+def _new_stream(handle: int):
+    import cuda.bindings.driver as cuda
+
+    return cuda.CUstream(handle)
+
+
 #: Launches' builders; the compile's are the uncached ones (a traced argument never becomes a launch's).
 _ptr = lru_cache(maxsize=ARG_CACHE)(_new_ptr)
 _i32 = lru_cache(maxsize=ARG_CACHE)(_new_i32)
+#: The ``CUstream`` argument of a launch on the stream with this raw handle (one object per handle, as
+#: :func:`_ptr`'s, so that :meth:`CompiledKernel._invoke` finds the launch's marshalling again).
+launch_stream = lru_cache(maxsize=ARG_CACHE)(_new_stream)
+#: Marshalled launches a compiled kernel keeps (:meth:`CompiledKernel._invoke`): a workload's distinct (x, out,
+#: M, stream) tuples of the caching allocator's addresses.
+MARSHALLED_CACHE = 1024
 
 
 def _gemm_args(x_ptr, w_ptr, y_ptr, M, N, K, stream, *, fresh: bool = False) -> tuple:

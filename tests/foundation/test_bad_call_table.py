@@ -95,3 +95,25 @@ def test_a_bad_call_is_in_the_cases_call_trail_so_a_gpu_fault_after_it_is_the_im
     assert calls.trail == ["bad_call_rejected (x_misaligned) M=8 (a bad call: must be rejected)"]
     fault = calls.device_fault(torch.AcceleratorError("CUDA error: misaligned address"))
     assert fault is not None and fault.name == "device_fault" and not fault.passed
+
+
+@pytest.mark.parametrize("impl_cls", [UnfusedGemmRs, FusedGemmRs])
+def test_out_overlap_is_byte_exact_on_both_sides(impl_cls):
+    """``out`` adjacent to x or w in one buffer is a good call; shifted one aligned step (16 bytes) into either, a
+    LayoutError -- the spans the checks read once per call (``check_bf16_2d``) are each tensor's exact bytes."""
+    from kernel.checks import spans_overlap
+    from kernel.errors import LayoutError
+
+    M, N, K = 5, 64, 128
+    impl = impl_cls(max_M=MAX_M, N=N, K=K, device="cpu")
+    buf = torch.zeros(M * K + M * N + N * K + 16, dtype=torch.bfloat16)
+    x = buf[: M * K].view(M, K)
+    out = buf[M * K: M * K + M * N].view(M, N)
+    w = buf[M * K + M * N: M * K + M * N + N * K].view(N, K)
+    assert impl(x, w, out=out) is out  # out touches x's end and w's start: no shared byte
+    for first in (M * K - 8, M * K + 8):  # 8 bf16 = 16 bytes: still aligned, one step into x, then into w
+        with pytest.raises(LayoutError, match="overlaps"):
+            impl(x, w, out=buf[first: first + M * N].view(M, N))
+    assert not spans_overlap((0, 16), (16, 32)) and spans_overlap((0, 17), (16, 32))
+    assert spans_overlap((0, 64), (16, 32))  # one inside the other
+    assert not spans_overlap(None, (0, 16)) and not spans_overlap((0, 16), None)

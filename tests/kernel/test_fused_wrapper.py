@@ -893,3 +893,17 @@ def test_the_path_table_names_every_kernel_a_call_can_run_by_m():
     assert impl.path_table() is table  # worked out once
     impl._config_reason = "cpu"
     impl.close()
+
+
+def test_the_launch_stream_is_the_current_streams_raw_handle(monkeypatch):
+    """A launch goes on the current stream (a capture's under graph capture): torch's raw handle query for a
+    device with an index, ``torch.cuda.current_stream`` otherwise -- and with no raw query in this torch."""
+    from types import SimpleNamespace
+
+    asked = []
+    monkeypatch.setattr(wrapper_mod, "_RAW_STREAM", lambda index: asked.append(index) or 1000 + index)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=77))
+    assert wrapper_mod.current_stream_handle(torch.device("cuda", 1)) == 1001 and asked == [1]
+    assert wrapper_mod.current_stream_handle(torch.device("cuda")) == 77 and asked == [1]
+    monkeypatch.setattr(wrapper_mod, "_RAW_STREAM", None)
+    assert wrapper_mod.current_stream_handle(torch.device("cuda", 1)) == 77
