@@ -15,7 +15,10 @@ Method, per (N, K) and M (K is per rank):
 2. CUDA graphs: each implementation captured as ``reps`` back-to-back calls over rotated input buffers
    (working set > 2x L2, so L2 flatters nobody); one sample = one replay / reps, timed with events.
 3. The max over ranks per sample (all ranks replay together after a barrier; a collective is as slow as its
-   slowest rank), then the median of >= 20 samples.
+   slowest rank), then the median of >= 20 samples. The columns of one M are captured first and their replays
+   interleaved, each sample replaying every column in turn, in reverse order on odd samples
+   (``_timing.interleaved_samples``): a GPU at its power cap drifts by hundreds of MHz between blocks of
+   replays, which timed one column after the other lands on some columns only (27th session, one H200).
 4. Columns: fused pull (``fused``, the default protocol), fused push (``kernel.fused.FusedGemmRsPush``),
    fused auto (``kernel.fused.FusedGemmRsAuto`` with the faster-protocol table this run measured for the
    shape: a second pass over the Ms once pull and push were timed at every M, checked bitwise like the
@@ -298,13 +301,24 @@ def main() -> int:  # noqa: C901 — a linear script
         full = [(xs[i % nsets], ws[i % nsets], ys[i % nsets]) for i in range(args.reps)]
         return sets, full
 
-    def time_rs(impl, name: str, M: int, sets) -> float | None:
-        """Seconds per call of a GEMM-RS implementation, max over ranks, median (async-TP: no out=)."""
+    def rs_calls(impl, name: str, M: int, sets) -> list | None:
+        """One graph's closures of a GEMM-RS implementation (async-TP: no out=, and None where W does not
+        divide M)."""
         if name == "asynctp_s":
-            if M % W:
-                return None
-            return max_over_ranks(timed_graph([lambda a=a, b=b, i=impl: i(a, b) for a, b, _ in sets]))
-        return max_over_ranks(timed_graph([lambda a=a, b=b, c=c, i=impl: i(a, b, out=c) for a, b, c in sets]))
+            return None if M % W else [lambda a=a, b=b, i=impl: i(a, b) for a, b, _ in sets]
+        return [lambda a=a, b=b, c=c, i=impl: i(a, b, out=c) for a, b, c in sets]
+
+    def time_rs(impl, name: str, M: int, sets) -> float | None:
+        """Seconds per call of a GEMM-RS implementation, max over ranks, median."""
+        calls = rs_calls(impl, name, M, sets)
+        return None if calls is None else max_over_ranks(timed_graph(calls))
+
+    def time_interleaved(named_calls: dict) -> dict:
+        """Seconds per call of each ``name -> calls`` (None: not timed), max over ranks, median, their replays
+        interleaved (``_timing.interleaved_samples``; the same order on every rank, a barrier before each)."""
+        timed = {name: calls for name, calls in named_calls.items() if calls is not None}
+        samples = interleaved_samples(torch, timed, args.samples, before_each=lambda: dist.barrier(group=ctrl))
+        return {name: max_over_ranks(samples[name]) if name in samples else None for name in named_calls}
 
     entries, protocol_entries = [], []
     for N, K in shapes:
@@ -337,11 +351,10 @@ def main() -> int:  # noqa: C901 — a linear script
                 continue
             # 2. rotated buffers, graphs
             sets, full = rotated(M, N, K)
-            if not shared:
-                for name, impl in impls.items():
-                    row[name] = time_rs(impl, name, M, sets)
-                mm_calls = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in full]
-                row["mm_s"] = max_over_ranks(timed_graph(mm_calls))
+            if not shared:  # every column's replays interleaved: a clock drift lands on all of them
+                named = {name: rs_calls(impl, name, M, sets) for name, impl in impls.items()}
+                named["mm_s"] = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in full]
+                row.update(time_interleaved(named))
                 if nvlink_gbs:
                     row["tx_s"] = (W - 1) / W * M * N * 2 / (nvlink_gbs * 1e9)
                     row["bound_s"] = max(row["mm_s"], row["tx_s"])
