@@ -4,17 +4,11 @@ rendering on CPU with made-up numbers."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench_scripts import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_gemm_rs", os.path.join(REPO, "bench", "bench_gemm_rs.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_gemm_rs")
 
 
 ROWS = [
@@ -91,11 +85,7 @@ def test_experiments_table_shows_where_the_push_time_goes():
 
 
 def test_all_tiles_table_marks_the_chosen_config():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_gemm", os.path.join(REPO, "bench", "bench_gemm.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("bench_gemm")
     from kernel.fused.tiles import kernel_configs
 
     text = mod.render_all_tiles(kernel_configs("push", 132), [(256, 7168, 2048, 1, [480.0, 520.5, 361.0], 534.0)])

@@ -5,19 +5,14 @@ GPU's speed over the run lands on both sides of a ratio instead of one."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench_scripts import load_bench
 
 
 def _timing():
-    spec = importlib.util.spec_from_file_location("bench_timing", os.path.join(REPO, "bench", "_timing.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("_timing")
 
 
 class FakeCuda:

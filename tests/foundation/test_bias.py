@@ -14,7 +14,6 @@ run its implementations on a few dozen gate-like cases:
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 from pathlib import Path
@@ -35,16 +34,13 @@ from properties.bias import (
     rounding_model,
     seeded_rounding_model,
 )
+from tests.bench_scripts import load_bench
 
 HERE = Path(__file__).resolve().parent
 
 
 def _bench():
-    path = HERE.parents[1] / "bench" / "bias_false_alarms.py"
-    spec = importlib.util.spec_from_file_location("bias_false_alarms", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bias_false_alarms")
 
 
 BENCH = _bench()
