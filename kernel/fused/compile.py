@@ -298,22 +298,18 @@ def _kernel_of(key):
 
 
 def _compile_gemm(key: CompileKey) -> CompiledGemm:
-    import cuda.bindings.driver as cuda
-
     kern = _kernel_of(key)
-    args = _gemm_args(_PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, 1, 64, 64, cuda.CUstream(0), fresh=True)
+    args = _gemm_args(_PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, 1, 64, 64, _new_stream(0), fresh=True)
     fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemm(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 
 
 def _compile_rs(key: RsCompileKey) -> CompiledGemmRs:
-    import cuda.bindings.driver as cuda
-
     kern = _kernel_of(key)
     W = key.world_size
     split = (_PLACEHOLDER, _PLACEHOLDER, 2) if key.config.split_k else None
     args = _rs_args(key.protocol, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER, [_PLACEHOLDER] * W, [_PLACEHOLDER] * W,
-                    1, 64, 64, 1, 1, 0, cuda.CUstream(0), split, fresh=True)
+                    1, 64, 64, 1, 1, 0, _new_stream(0), split, fresh=True)
     fn, seconds, ptx = _compile_keeping_ptx(kern, args, key.arch)
     return CompiledGemmRs(key=key, fn=fn, seconds=seconds, ptx=ptx, ab_stage=kern.ab_stage)
 
