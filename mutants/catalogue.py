@@ -500,6 +500,55 @@ class WeightBoundAtFirstCall(UnfusedGemmRs):
         return super()._run(x, self._bound_w, out, M)
 
 
+class ReductionFlagNotRestored(UnfusedGemmRs):
+    """The fallback's fp32-accumulation guard without its ``finally``: it turns torch's process-wide
+    ``allow_bf16_reduced_precision_reduction`` off for its own GEMM (the contract's fp32 accumulation) and never
+    turns it back on. Its values are right; every other bf16 GEMM of the model runs without cuBLAS's
+    reduced-precision split-K from then on (another speed, other bits)."""
+
+    name = "mutant-reduction-flag-not-restored"
+
+    def _gemm(self, x, w, partials):
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False  # the bug: never restored
+        torch.mm(x, w.t(), out=partials)
+
+
+class GradModeLeftOff(UnfusedGemmRs):
+    """``torch.set_grad_enabled(False)`` at the top of the call ("no autograd in an inference kernel") where
+    ``with torch.no_grad():`` was meant: the values are right, and the caller's process has grad mode off from
+    its first call on -- a training step around the layer silently stops building graphs."""
+
+    name = "mutant-grad-mode-left-off"
+
+    def _run(self, x, w, out, M):
+        torch.set_grad_enabled(False)  # the bug: a setter, not a context manager
+        return super()._run(x, w, out, M)
+
+
+class WorkspacePoisonDrawsRng(UnfusedGemmRs):
+    """A debug poison of the shard buffer drawn with ``torch.rand`` before the collective overwrites it ("catch
+    reads of unwritten rows"): the values are right, and each call advances the caller's random generator -- the
+    model's dropout masks and sampling change with whether this layer ran."""
+
+    name = "mutant-workspace-poison-draws-rng"
+
+    def _run(self, x, w, out, M):
+        S = self.shard_rows(M)
+        self._shard[:S].copy_(torch.rand(S, self.N, device=self.device))  # the bug: the caller's generator
+        return super()._run(x, w, out, M)
+
+
+class MatmulPrecisionSetAtConstruction(UnfusedGemmRs):
+    """``torch.set_float32_matmul_precision("high")`` in the constructor, for the speed of an fp32 helper GEMM: the
+    bf16 values are right, and from the layer's construction on every fp32 matmul of the model runs in TF32."""
+
+    name = "mutant-matmul-precision-set-at-construction"
+
+    def __init__(self, group=None, **kwargs):
+        super().__init__(group, **kwargs)
+        torch.set_float32_matmul_precision("high")  # the bug: process-wide, for good
+
+
 class NondeterministicReduction(UnfusedGemmRs):
     """Bitwise nondeterminism: the cross-rank reduction differs from call to call (an autotuner or a
     timing-dependent path switching between a bf16 reduce of rounded partials and an fp32 reduce), so
@@ -1094,6 +1143,11 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("EpochZeroReused", (2,), ("within_tolerance", "bitwise_equal")),
     # weights (19th session): a weight swapped into a new tensor between calls
     MutantSpec("WeightBoundAtFirstCall", (2,), ("batch_invariant", "within_tolerance")),
+    # the caller's process (28th session): values right, the caller's flags, grad mode or generator changed
+    MutantSpec("ReductionFlagNotRestored", (2,), ("ambient_state_kept",)),
+    MutantSpec("GradModeLeftOff", (2,), ("ambient_state_kept",)),
+    MutantSpec("WorkspacePoisonDrawsRng", (2,), ("ambient_state_kept",)),
+    MutantSpec("MatmulPrecisionSetAtConstruction", (2,), ("ambient_state_kept",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

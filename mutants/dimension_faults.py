@@ -169,6 +169,21 @@ class FusedLyingFallback(_WrapperFault):
         return result
 
 
+class FusedSideStreamLeftCurrent(_WrapperFault):
+    """The wrapper's own stream made current for the launch with ``torch.cuda.set_stream`` and never given back
+    (``with torch.cuda.stream(side):`` was meant): the side stream waits for the caller's, so the values are right,
+    but every op of the caller's after the call runs on the wrapper's stream -- out of order with the caller's own
+    stream, and outside the stream a CUDA graph capture records."""
+
+    name = "fused-wrapper-side-stream-left-current"
+
+    def _launch(self, x, w, out, M):
+        side = self._side_stream()
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        torch.cuda.set_stream(side)  # the bug: never set back
+        super()._launch(x, w, out, M)
+
+
 @dataclass(frozen=True)
 class WrapperMutantSpec:
     """One row of the GPU kill matrix for a wrapper-level mutant (same fields :mod:`mutants.meta` reads of
@@ -205,6 +220,8 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
                       ("path_taken",), tests=("test_compute",)),
     WrapperMutantSpec("FusedRankDependentTiles", "the ranks of a group choose different kernels for one M",
                       ("kernel_paths_agree_across_ranks", "call_raised", "hang", "died")),
+    WrapperMutantSpec("FusedSideStreamLeftCurrent", "the wrapper's stream left current after the call",
+                      ("ambient_state_kept", "call_raised"), tests=("test_compute",)),
 )
 
 

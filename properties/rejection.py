@@ -16,6 +16,7 @@ import traceback
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .ambient import ambient_changes, ambient_restore, ambient_snapshot
 from .result import CheckResult, read_back
 
 #: Namespaces of collective ops (``dist.*`` and functional collectives go through them).
@@ -54,10 +55,12 @@ class OpsSeen(TorchDispatchMode):
 
 def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[str, torch.Tensor], *, rank=None,
                      name="rejected_cleanly", no_work: bool = False, around=None) -> CheckResult:
-    """Run ``call()``; pass iff it raises ``expected``, no tensor in ``watched`` changed and, before it raised,
+    """Run ``call()``; pass iff it raises ``expected``, no tensor in ``watched`` changed, the caller's grad mode, math
+    flags and CPU generator are as they were (``properties.ambient``; not around a capture), and, before it raised,
     it ran no collective (and, ``no_work``, no op that queues work). ``around()``: a context manager the call runs
     in whose own ops are not the call's (a CUDA-graph capture: its begin fills the generator's graph state)."""
     before = {k: v.detach().clone() for k, v in watched.items()}
+    ambient = ambient_snapshot() if around is None else None  # a capture's begin and end are not the call's
     raised: BaseException | None = None
     seen = OpsSeen()
     try:
@@ -67,6 +70,11 @@ def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[
         if isinstance(exc, KeyboardInterrupt):
             raise
         raised = exc
+    leaked = []
+    if ambient is not None:
+        after = ambient_snapshot()
+        leaked = ambient_changes(ambient, after)
+        leaked += [f"{n}: could not be set back" for n in (ambient_restore(ambient, after) if leaked else ())]
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     exp_names = expected.__name__ if isinstance(expected, type) else "/".join(e.__name__ for e in expected)
@@ -83,6 +91,9 @@ def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[
     if changed:
         ok = False
         detail += f"; changed: {', '.join(changed)}"
+    if leaked:
+        ok = False
+        detail += f"; changed the caller's process state: {', '.join(leaked)} (properties/ambient.py)"
     if raised is not None and seen.collectives:
         ok = False
         detail += (f"; ran {_listed(seen.collectives)} before it raised (a rank whose operand alone is bad pairs it "

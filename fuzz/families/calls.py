@@ -14,7 +14,10 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
                          own x and w;
 * ``fresh_padding_zero`` — without ``out=``: padding rows are +0.0 (not inside a graph capture: no values yet);
 * ``inputs_untouched`` — at the end of the case: no eager call changed its ``x`` or ``w`` (compared on the device
-  right after each call, read back once).
+  right after each call, read back once);
+* ``ambient_state_kept`` — at the end of the case: no eager call, nor the construction of an instance in the case
+  (``RankContext.new_impl``), left the caller's current device or stream, grad mode, default dtype, math flags or
+  random generators changed (host reads right before and after each, ``properties/ambient.py``).
 
 Results of eager calls are held with a copy taken on return; :meth:`CaseCalls.finish` checks at the end
 of the case that each still has those bits (``earlier_results_unchanged``). A result that broke the
@@ -31,6 +34,10 @@ import torch
 
 from kernel.checks import shard_rows, valid_rows
 from properties import (
+    ambient_changes,
+    ambient_restore,
+    ambient_snapshot,
+    ambient_state_kept,
     call_raised,
     device_fault,
     fresh_padding_zero,
@@ -72,6 +79,8 @@ class CaseCalls:
         self.checks: list[CheckResult] = []
         self._held: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (label, result, copy on return)
         self._inputs: list[tuple[str, torch.Tensor]] = []  # (label, whether the call changed its x, w: on device)
+        self._ambient: list[tuple[str, list[str]]] = []  # (label, what the call changed of the caller's process)
+        self._ambient_calls = 0  # of them, calls (the others: constructions)
         self.trail: list[str] = []  # every call begun, with the kernel path it was to take (trail_text)
 
     def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True,
@@ -92,12 +101,15 @@ class CaseCalls:
         watched = watch_inputs(x, w) if not captured else None
         signature = tuple(getattr(impl, "fallback_ops", ()) or ()) if expected == impl.main_path else ()
         seen = OpsSeen() if signature else None
+        ambient = ambient_snapshot(impl.device) if not captured else None
         try:
             with seen if seen is not None else contextlib.nullcontext():
                 y = impl(x, w, out=out)
         except Exception as exc:
             self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
             raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
+        if ambient is not None:
+            self.ambient_kept(f"{tag} (M={M})", ambient, impl.device)
         if watched is not None:
             self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched)))
         contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)
@@ -121,6 +133,17 @@ class CaseCalls:
             self._held.append((f"{tag} (M={M})", y, y.detach().clone()))
         return y
 
+    def ambient_kept(self, label: str, before, device, *, call: bool = True) -> None:
+        """Note for ``ambient_state_kept`` what the call (``call=False``: the construction) ``label`` changed of the
+        caller's process since ``before`` (``properties.ambient``), and set it back at once: the harness's own work
+        after it runs in the caller's state, and each call that leaks fails, not only a process's first."""
+        after = ambient_snapshot(device)
+        changed = ambient_changes(before, after)
+        if changed:
+            changed += [f"{name}: could not be set back" for name in ambient_restore(before, after)]
+        self._ambient.append((label, changed))
+        self._ambient_calls += call
+
     def capture_failed(self, exc: BaseException, *, tag: str, M: int, rank: int | None = None) -> CallRaised:
         """Record a CUDA-graph capture of valid call ``tag`` that failed when it ended (the implementation's
         work left the capture unjoined, synchronised, or ran outside it) as a failed ``call_raised``; return
@@ -130,17 +153,22 @@ class CaseCalls:
         return CallRaised(f"{type(exc).__name__} while {what}")
 
     def finish(self) -> list[CheckResult]:
-        """``earlier_results_unchanged`` over every result held and ``inputs_untouched`` over every eager call
-        (none: no check), then let them go."""
+        """``earlier_results_unchanged`` over every result held, ``inputs_untouched`` and ``ambient_state_kept`` over
+        every eager call (none: no check), then let them go."""
         out = []
         if self._held:
             out.append(results_unchanged(self._held, rank=self.rank))
         if self._inputs:
             out.append(inputs_untouched(self._inputs, rank=self.rank))
+        if self._ambient_calls or any(changed for _, changed in self._ambient):
+            # constructions alone, kept, are no check of their own: a case whose family did not run stays skipped
+            out.append(ambient_state_kept(self._ambient, rank=self.rank))
         for res in out:
             res.extra.setdefault("call", "end of case")
         self._held.clear()
         self._inputs.clear()
+        self._ambient.clear()
+        self._ambient_calls = 0
         return out
 
     def device_fault(self, exc: BaseException) -> CheckResult | None:

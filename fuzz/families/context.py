@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from oracle import make_w, make_x, reference_gemm_rs, seeded_shard_truth
+from properties.ambient import ambient_snapshot
 from properties.dispatch import kernel_paths_agree_across_ranks
 
 from .. import phases
@@ -158,9 +159,13 @@ class RankContext:
 
     def new_impl(self, max_M: int, N: int, K: int):
         """A new instance on this context's group (construction is collective on the group); its path table
-        compared across the group's ranks (:meth:`paths_agree`)."""
+        compared across the group's ranks (:meth:`paths_agree`); what the construction changed of the caller's
+        process noted for ``ambient_state_kept`` (:meth:`CaseCalls.ambient_kept`)."""
         with phases.phase("construct"):
+            before = ambient_snapshot(self.device) if self.calls is not None else None
             impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
+            if before is not None:
+                self.calls.ambient_kept(f"construction max_M={max_M} N={N} K={K}", before, self.device, call=False)
             self.paths_agree(impl, f"instance max_M={max_M} N={N} K={K} on group {list(self.tp.members)}")
         return impl
 
