@@ -21,7 +21,8 @@ end, once the rank's GPU work is done, guard_regions_untouched of every instance
 end": a late write past a workspace shows in the case that made it).
 
 compute   for each M of ``ms`` in order, on one long-lived implementation instance (call i uses input
-          kind ``kinds[i]``, or ``kind`` for every call when ``kinds`` is None):
+          kind ``kinds[i]``, or ``kind`` for every call when ``kinds`` is None; ``autograd`` "rotate": the eager
+          calls under torch.inference_mode(), torch.no_grad() and grad enabled in turn):
           1 within_tolerance  (implementation vs fp64 truth, derived budget)
           2 oracle_within_tolerance (the oracle vs the same truth: the reference itself is sane)
           3 bitwise_equal     (kind "exact": implementation == oracle bit for bit)
@@ -128,6 +129,7 @@ class Case:
     order: list[int] | None = None     # instances: the instance each call of ms goes to
     recreate: list[list[int]] | None = None  # instances: [N, K, max_M] each re-created instance gets
     wrap: str | None = None            # wrap: the counter boundary crossed, "signed" (2^31) or "unsigned" (2^32)
+    autograd: str | None = None        # "rotate": eager calls under inference_mode, no_grad, grad, ... in turn
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -160,6 +162,8 @@ class Case:
             parts.append("recreate=" + "/".join("x".join(map(str, s)) for s in self.recreate))
         if self.wrap:
             parts.append(f"wrap={self.wrap}")
+        if self.autograd:
+            parts.append(f"autograd={self.autograd}")
         return " ".join(parts)
 
 

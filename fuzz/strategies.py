@@ -333,6 +333,12 @@ def shapes(draw, topology: str, supports: Callable[[int, int], Eligibility] | No
     return snapped
 
 
+#: The compute cases' autograd modes (``Case.autograd``): the caller's own (grad enabled), or the eager calls under
+#: ``torch.inference_mode()``, ``torch.no_grad()`` and grad enabled in turn (``fuzz.families.calls.AUTOGRAD_MODES``);
+#: None first, so a failure shrinks to the caller's own mode where the modes do not matter.
+AUTOGRAD_DRAWS = (None, "rotate")
+
+
 @st.composite
 def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
                   supports: Callable[[int, int], Eligibility] | None = None) -> Case:
@@ -358,8 +364,9 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     # drawn last: the draws above (and so the examples a derandomized run makes of them) stay as they were
     batch_m = draw(m_values(world_size, max_M))
     offset = draw(st.sampled_from(VIEW_OFFSETS))
+    autograd = draw(st.sampled_from(AUTOGRAD_DRAWS))
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds, layout=layout, batch_m=batch_m, offset=offset)
+                kinds=kinds, layout=layout, batch_m=batch_m, offset=offset, autograd=autograd)
 
 
 #: capacities of the instances family's own instances (several sizes: different workspaces, different

@@ -549,6 +549,31 @@ class MatmulPrecisionSetAtConstruction(UnfusedGemmRs):
         torch.set_float32_matmul_precision("high")  # the bug: process-wide, for good
 
 
+class WorkspaceAllocatedAtFirstCall(UnfusedGemmRs):
+    """The partials' buffer allocated at the first call, not at construction ("no memory until the layer runs"):
+    under ``torch.inference_mode()`` -- a server's warm-up -- it is an inference tensor, and the first call outside
+    that mode (``torch.no_grad()`` evaluation, a training step) raises "Inplace update to inference tensor outside
+    InferenceMode". Right in any one mode, and whenever the first call was not in inference mode."""
+
+    name = "mutant-workspace-allocated-at-first-call"
+
+    def _run(self, x, w, out, M):
+        if getattr(self, "_lazy", None) is None:
+            self._lazy = torch.empty_like(self._partials)  # the bug: created under the first call's mode
+        S = self.shard_rows(M)
+        partials = self._lazy[: self.world_size * S]
+        self._gemm(x, w, partials[:M])
+        partials[M:].zero_()
+        shard = self._shard[:S]
+        collectives.reduce_scatter(shard, partials, self.group, self._staging)
+        n_valid = self.valid_rows(M)
+        if out is None:
+            out = self.fresh_result(M)
+        out[:n_valid].copy_(shard[:n_valid])
+        self.last_path = "unfused"
+        return out
+
+
 class NondeterministicReduction(UnfusedGemmRs):
     """Bitwise nondeterminism: the cross-rank reduction differs from call to call (an autotuner or a
     timing-dependent path switching between a bf16 reduce of rounded partials and an fp32 reduce), so
@@ -1148,6 +1173,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("GradModeLeftOff", (2,), ("ambient_state_kept",)),
     MutantSpec("WorkspacePoisonDrawsRng", (2,), ("ambient_state_kept",)),
     MutantSpec("MatmulPrecisionSetAtConstruction", (2,), ("ambient_state_kept",)),
+    # autograd modes (28th session): a lazily allocated workspace, an inference tensor after an inference-mode call
+    MutantSpec("WorkspaceAllocatedAtFirstCall", (2,), ("call_raised",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

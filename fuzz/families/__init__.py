@@ -88,6 +88,8 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     if runner is None:
         raise ValueError(f"unknown case family {case.family!r}: one of {sorted(FAMILIES) + sorted(SANITIZER_FAMILIES)}")
     calls = ctx.begin_case()
+    if case.autograd is not None:
+        calls.rotate_autograd(case.autograd)
     checks: list[CheckResult] = []
     try:
         if case.layout is None:

@@ -54,6 +54,12 @@ from properties import (
 from properties.rejection import OpsSeen
 from properties.result import CheckResult
 
+#: The autograd modes a case with ``autograd="rotate"`` makes its eager calls in, in turn from the case's first call:
+#: an inference server's warm-up and calls run under ``torch.inference_mode()`` (a tensor the implementation creates
+#: there is an inference tensor, which no in-place op may write outside that mode), evaluation code under
+#: ``torch.no_grad()``, a training loop with grad enabled -- a layer's calls may come in any of them, in any order.
+AUTOGRAD_MODES = {"inference_mode": torch.inference_mode, "no_grad": torch.no_grad, "grad": torch.enable_grad}
+
 
 class CallRaised(Exception):
     """A valid call of the implementation raised; recorded as a failed ``call_raised`` check."""
@@ -81,7 +87,24 @@ class CaseCalls:
         self._inputs: list[tuple[str, torch.Tensor]] = []  # (label, whether the call changed its x, w: on device)
         self._ambient: list[tuple[str, list[str]]] = []  # (label, what the call changed of the caller's process)
         self._ambient_calls = 0  # of them, calls (the others: constructions)
+        self._autograd: list[str] | None = None  # rotate_autograd: the modes eager calls take in turn
+        self._eager_calls = 0
         self.trail: list[str] = []  # every call begun, with the kernel path it was to take (trail_text)
+
+    def rotate_autograd(self, how: str) -> None:
+        """``how`` "rotate": this case's eager calls run under :data:`AUTOGRAD_MODES` in turn, the first under
+        ``torch.inference_mode()`` (a server's warm-up: state an implementation creates lazily at its first call is
+        then an inference tensor); the mode is part of each call's tag. Captured calls run in the caller's mode."""
+        if how != "rotate":
+            raise ValueError(f"unknown autograd setting {how!r}: 'rotate' or None")
+        self._autograd = list(AUTOGRAD_MODES)
+
+    def _next_mode(self, captured: bool) -> str | None:
+        if self._autograd is None or captured:
+            return None
+        mode = self._autograd[self._eager_calls % len(self._autograd)]
+        self._eager_calls += 1
+        return mode
 
     def call(self, impl, x, w, out=None, *, tag: str, captured: bool = False, hold: bool = True,
              rank: int | None = None, world_size: int | None = None):
@@ -93,6 +116,8 @@ class CaseCalls:
         r = self.rank if rank is None else rank
         W = self.world_size if world_size is None else world_size
         M = int(x.shape[0])
+        mode = self._next_mode(captured)
+        tag = tag if mode is None else f"{tag} [{mode}]"
         S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
         expected, reason = impl.expected_path(x, w)
         self.trail.append(f"{tag} M={M} group rank {r}/{W} {'captured ' if captured else ''}expected path "
@@ -103,7 +128,8 @@ class CaseCalls:
         seen = OpsSeen() if signature else None
         ambient = ambient_snapshot(impl.device) if not captured else None
         try:
-            with seen if seen is not None else contextlib.nullcontext():
+            with seen if seen is not None else contextlib.nullcontext(), \
+                    AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext():
                 y = impl(x, w, out=out)
         except Exception as exc:
             self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)

@@ -1,0 +1,47 @@
+"""Autograd modes (``Case.autograd = "rotate"``, fuzz/families/calls.py): a compute case's eager calls run under
+``torch.inference_mode()``, ``torch.no_grad()`` and grad enabled in turn, the first in inference mode (a server's
+warm-up). The correct implementation passes in every mode; a workspace allocated lazily at the first call -- an
+inference tensor after an inference-mode warm-up -- raises at the next call outside that mode, and only the rotation
+finds it."""
+
+from __future__ import annotations
+
+import pytest
+from _in_process import failed_checks, run_on_one_cpu_rank
+
+from fuzz.case import Case
+from fuzz.families.calls import AUTOGRAD_MODES, CaseCalls
+from kernel.unfused import UnfusedGemmRs
+from mutants import catalogue
+
+BASE = dict(seed=7, N=64, K=64, max_M=512)
+
+
+def test_the_correct_implementation_passes_in_every_mode_and_each_call_names_its_mode():
+    checks = run_on_one_cpu_rank(UnfusedGemmRs, Case("compute", ms=[3, 100, 3], autograd="rotate", **BASE))
+    assert not failed_checks(checks), [c.render() for c in failed_checks(checks)]
+    tags = [c.extra["call"] for c in checks if c.name == "path_taken"]
+    modes = [t[t.index("[") + 1: t.index("]")] for t in tags]
+    assert modes[:4] == ["inference_mode", "no_grad", "grad", "inference_mode"], tags
+    assert set(modes) == set(AUTOGRAD_MODES)
+
+
+def test_a_workspace_made_at_the_first_call_is_caught_by_the_rotation_only():
+    mutant = catalogue.WorkspaceAllocatedAtFirstCall
+    rotated = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], autograd="rotate", **BASE))
+    bad = failed_checks(rotated, "call_raised")
+    assert bad and "inference tensor" in bad[0].detail and "[no_grad]" in bad[0].detail, [c.render() for c in rotated]
+    plain = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], **BASE))
+    assert not failed_checks(plain), [c.render() for c in failed_checks(plain)]
+
+
+def test_the_setting_round_trips_and_old_cases_read_as_the_caller_s_mode():
+    case = Case("compute", ms=[3], autograd="rotate", **BASE)
+    assert Case.from_json(case.to_json()) == case and "autograd=rotate" in case.short()
+    old = case.to_json().replace(',"autograd":"rotate"', "").replace('"autograd":"rotate",', "")
+    assert "autograd" not in old and Case.from_json(old).autograd is None
+
+
+def test_an_unknown_setting_is_an_error_not_the_caller_s_mode():
+    with pytest.raises(ValueError, match="autograd"):
+        CaseCalls(0, 1).rotate_autograd("sometimes")
