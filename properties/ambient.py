@@ -11,9 +11,10 @@ No value check sees that, so :func:`ambient_snapshot` is taken right before and 
 reads only: no sync, no allocation on the device) and :func:`ambient_state_kept` lists what a call changed.
 
 What is read (:data:`AMBIENT_ITEMS`, each a name and a query; a query that torch lacks reads as ``"n/a"``): the
-default dtype, grad and inference mode, deterministic algorithms (and warn-only), the fp32 matmul precision,
-``torch.backends.cuda.matmul``'s TF32 and bf16 / fp16 reduced-precision reductions, cuDNN's TF32, deterministic
-and benchmark flags, autocast on CPU and CUDA, the intra-op thread count, whether the calling thread flushes
+default dtype and device, grad and inference mode, anomaly detection, deterministic algorithms (and warn-only), the
+fp32 matmul precision, ``torch.backends.cuda.matmul``'s TF32, bf16 / fp16 reduced-precision reductions and fp16
+accumulation, cuDNN's TF32, deterministic and benchmark flags, the attention backends, oneDNN (mkldnn) on or off,
+autocast on CPU and CUDA, the intra-op thread count, whether the calling thread flushes
 subnormals to zero (a probe: ``torch.set_flush_denormal`` has no getter), the CPU generator's state, and, where
 CUDA is initialised, the current device, the current stream of the current device and of the implementation's
 device, and that device's generator state.
@@ -64,6 +65,13 @@ def _set_autocast(v) -> None:
     torch.set_autocast_enabled("cuda", v[1])
 
 
+def _set_sdp(v) -> None:
+    cuda = torch.backends.cuda
+    for enable, on in zip((cuda.enable_flash_sdp, cuda.enable_mem_efficient_sdp, cuda.enable_math_sdp,
+                           cuda.enable_cudnn_sdp), v, strict=True):
+        enable(on)
+
+
 def _host_items() -> list[tuple[str, object, object]]:
     """(name, query, setter or None where the state cannot be set back from outside: inference mode is a
     context's)."""
@@ -85,6 +93,16 @@ def _host_items() -> list[tuple[str, object, object]]:
                                                                   cudnn.benchmark), _set_cudnn),
         ("autocast (cpu, cuda)", lambda: (torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")),
          _set_autocast),
+        ("default device", torch.get_default_device, torch.set_default_device),
+        ("anomaly detection", lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+         lambda v: torch.autograd.set_detect_anomaly(v[0], check_nan=v[1])),
+        ("attention backends (flash, mem-efficient, math, cudnn)",
+         lambda: (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
+                  torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled()), _set_sdp),
+        ("cuda matmul fp16 accumulation", lambda: matmul.allow_fp16_accumulation,
+         _set_matmul("allow_fp16_accumulation")),
+        ("mkldnn enabled", lambda: torch.backends.mkldnn.enabled,
+         lambda v: setattr(torch.backends.mkldnn, "enabled", v)),
         ("intra-op threads", torch.get_num_threads, torch.set_num_threads),
         ("flush subnormals to zero", _flushes_subnormals, torch.set_flush_denormal),
         ("CPU random generator state", lambda: _generator_state(torch.default_generator),

@@ -42,6 +42,12 @@ LEAKS = {
         lambda: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", False),
     "cudnn allow_tf32 / deterministic / benchmark": lambda: setattr(torch.backends.cudnn, "benchmark", True),
     "autocast (cpu, cuda)": lambda: torch.set_autocast_enabled("cpu", True),
+    "default device": lambda: torch.set_default_device("meta"),
+    "anomaly detection": lambda: torch.autograd.set_detect_anomaly(True),
+    "attention backends (flash, mem-efficient, math, cudnn)": lambda: torch.backends.cuda.enable_flash_sdp(False),
+    "cuda matmul fp16 accumulation":
+        lambda: setattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", True),
+    "mkldnn enabled": lambda: setattr(torch.backends.mkldnn, "enabled", False),
     "intra-op threads": lambda: torch.set_num_threads(torch.get_num_threads() + 1),
     "flush subnormals to zero": lambda: torch.set_flush_denormal(True),
     "CPU random generator state": lambda: torch.rand(1),
