@@ -115,6 +115,7 @@ def test_the_header_shows_each_implementation_s_path_mix_with_legitimate_fallbac
     s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
     mix = {m["impl"]: m for m in s["paths"]}
     assert mix["fused"]["paths"] == {"fused": 14, "unfused": 2} and mix["fused"]["unexpected"] == 0
+    assert mix["fused"]["cases_without_path"] == mix["unfused"]["cases_without_path"] == 0
     assert mix["fused"]["fallbacks"] == [{"reason": "unfused: W=3 is not supported (2, 4, 8)", "count": 2}]
     md = (tmp_path / "summary.md").read_text()
     assert ("- fused: 88% fused path, 12% unfused (legitimate fallback: 2 x W=3 is not supported (2, 4, 8)) "
@@ -124,7 +125,9 @@ def test_the_header_shows_each_implementation_s_path_mix_with_legitimate_fallbac
 
 
 def test_a_silent_fallback_and_a_case_without_a_path_are_called_out(tmp_path):
-    _write(tmp_path, [_row(impl="fused", paths=_paths(("unfused", "fused", ""))), _row(impl="fused")])
+    # counted: the passed case without a path only -- not those with one, not a failed case without one
+    _write(tmp_path, [_row(impl="fused", paths=_paths(("unfused", "fused", ""))), _row(impl="fused"),
+                      _row(impl="fused", paths=_paths(("fused", "fused", ""))), _row(impl="fused", status="failed")])
     (m,) = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")["paths"]
     assert m["unexpected"] == 2 and m["cases_without_path"] == 1
     md = (tmp_path / "summary.md").read_text()
@@ -138,6 +141,17 @@ def test_an_implementation_with_no_passed_case_fails_the_gate(tmp_path):
     s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
     assert s["verdict"] == "FAIL" and s["unchecked_implementations"] == ["my:Impl"]
     assert "my:Impl: NOTHING CHECKED" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_test_whose_case_failed_is_not_listed_again_as_a_test_failure(tmp_path):
+    """junit lists the pytest test of a failed case as failed too: the summary shows the case (with its repro), not
+    the same failure again as a test that failed outside any case; a test that failed with no case still shows."""
+    _write(tmp_path, [_row(status="failed"), _row(impl="fused")])
+    _junit(tmp_path, ("test_compute[unfused-cpu-W2]", '<failure message="GEMM-RS fuzz case FAILED">x</failure>'),
+           ("test_graph_replay[unfused-cpu-W2]", '<failure message="collection broke">y</failure>'))
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert [f["test"] for f in s["test_failures"]] == ["test_graph_replay[unfused-cpu-W2]"]
+    assert s["verdict"] == "FAIL" and s["failed_cases"] == 1
 
 
 def test_a_test_that_failed_before_any_case_is_listed_with_pytest_s_reason(tmp_path):
