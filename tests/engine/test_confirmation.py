@@ -91,3 +91,24 @@ def test_a_failure_that_needs_the_pools_history_reproduces_with_it():
                            "--case", case.to_json(), "--history", argv[argv.index("--history") + 1]],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "verdict: FAILED" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_final_replay_forgets_the_search_failures_of_its_own_pool_only(monkeypatch):
+    """Another test's remembered search failure (another pool spec, its final replay still to come) stays: its final
+    replay reuses it (one fresh re-run) instead of running the case again first; this spec's stale ones go."""
+    import fuzz.gate
+
+    class FakePool:
+        def __init__(self, impl):
+            self.spec = PoolSpec(impl=impl, world_size=2)
+
+        def run(self, case, **kwargs):
+            return type("Passed", (), {"status": Status.PASSED, "history": None})()
+
+    a, b = FakePool("mutants.catalogue:DroppedRankOddM"), FakePool("unfused")
+    theirs = (a.spec.key(), Case("compute", ms=[3], **SMALL).to_json())
+    stale = (b.spec.key(), Case("compute", ms=[5], **SMALL).to_json())
+    monkeypatch.setattr(fuzz.gate, "_SEARCH_FAILURES", {theirs: "a's failure", stale: "b's shrunk-past failure"})
+    report, new = run_confirmed(b, Case("compute", ms=[3], **SMALL), phase="final")
+    assert new and report.status == Status.PASSED
+    assert fuzz.gate._SEARCH_FAILURES == {theirs: "a's failure"}
