@@ -117,3 +117,4 @@ def test_out_overlap_is_byte_exact_on_both_sides(impl_cls):
     assert not spans_overlap((0, 16), (16, 32)) and spans_overlap((0, 17), (16, 32))
     assert spans_overlap((0, 64), (16, 32))  # one inside the other
     assert not spans_overlap(None, (0, 16)) and not spans_overlap((0, 16), None)
+
