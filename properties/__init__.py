@@ -2,7 +2,7 @@
 ``torch.testing.assert_close``; ``.raise_if_failed()`` turns a failure into an exception."""
 
 from .alternation import fresh_per_call
-from .ambient import ambient_changes, ambient_restore, ambient_snapshot, ambient_state_kept
+from .ambient import ambient_changes, ambient_restore, ambient_since, ambient_snapshot, ambient_state_kept
 from .device_fault import DEVICE_FAULT, device_fault, is_device_fault
 from .exact import bitwise_equal
 from .guards import Guarded, guard_regions_untouched
@@ -33,6 +33,7 @@ __all__ = [
     "PropertyViolation",
     "ambient_changes",
     "ambient_restore",
+    "ambient_since",
     "ambient_snapshot",
     "ambient_state_kept",
     "bitwise_equal",

@@ -182,6 +182,16 @@ def ambient_restore(before: AmbientSnapshot, after: dict) -> list[str]:
     return stuck
 
 
+def ambient_since(before: AmbientSnapshot, device=None) -> list[str]:
+    """What changed since ``before`` (:func:`ambient_changes` of a snapshot taken now), set back at once
+    (:func:`ambient_restore`; what could not be is listed too): one call's leak, reported once and undone."""
+    after = ambient_snapshot(device)
+    changed = ambient_changes(before, after)
+    if changed:
+        changed += [f"{name}: could not be set back" for name in ambient_restore(before, after)]
+    return changed
+
+
 def _show(v) -> str:
     handle = getattr(v, "cuda_stream", None)
     if handle is not None:

@@ -16,7 +16,7 @@ import traceback
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .ambient import ambient_changes, ambient_restore, ambient_snapshot
+from .ambient import ambient_since, ambient_snapshot
 from .result import CheckResult, read_back
 
 #: Namespaces of collective ops (``dist.*`` and functional collectives go through them).
@@ -70,11 +70,7 @@ def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[
         if isinstance(exc, KeyboardInterrupt):
             raise
         raised = exc
-    leaked = []
-    if ambient is not None:
-        after = ambient_snapshot()
-        leaked = ambient_changes(ambient, after)
-        leaked += [f"{n}: could not be set back" for n in (ambient_restore(ambient, after) if leaked else ())]
+    leaked = ambient_since(ambient) if ambient is not None else []
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     exp_names = expected.__name__ if isinstance(expected, type) else "/".join(e.__name__ for e in expected)

@@ -34,8 +34,7 @@ import torch
 
 from kernel.checks import shard_rows, valid_rows
 from properties import (
-    ambient_changes,
-    ambient_restore,
+    ambient_since,
     ambient_snapshot,
     ambient_state_kept,
     call_raised,
@@ -163,11 +162,7 @@ class CaseCalls:
         """Note for ``ambient_state_kept`` what the call (``call=False``: the construction) ``label`` changed of the
         caller's process since ``before`` (``properties.ambient``), and set it back at once: the harness's own work
         after it runs in the caller's state, and each call that leaks fails, not only a process's first."""
-        after = ambient_snapshot(device)
-        changed = ambient_changes(before, after)
-        if changed:
-            changed += [f"{name}: could not be set back" for name in ambient_restore(before, after)]
-        self._ambient.append((label, changed))
+        self._ambient.append((label, ambient_since(before, device)))
         self._ambient_calls += call
 
     def capture_failed(self, exc: BaseException, *, tag: str, M: int, rank: int | None = None) -> CallRaised:
