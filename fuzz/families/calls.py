@@ -125,16 +125,17 @@ class CaseCalls:
         watched = watch_inputs(x, w) if not captured else None
         signature = tuple(getattr(impl, "fallback_ops", ()) or ()) if expected == impl.main_path else ()
         seen = OpsSeen() if signature else None
-        ambient = ambient_snapshot(impl.device) if not captured else None
-        try:
-            with seen if seen is not None else contextlib.nullcontext(), \
-                    AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext():
-                y = impl(x, w, out=out)
-        except Exception as exc:
-            self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
-            raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
-        if ambient is not None:
-            self.ambient_kept(f"{tag} (M={M})", ambient, impl.device)
+        # the snapshots inside the mode's context: its exit restores grad mode, which would hide a call's leak of it
+        with AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext():
+            ambient = ambient_snapshot(impl.device) if not captured else None
+            try:
+                with seen if seen is not None else contextlib.nullcontext():
+                    y = impl(x, w, out=out)
+            except Exception as exc:
+                self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
+                raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
+            if ambient is not None:
+                self.ambient_kept(f"{tag} (M={M})", ambient, impl.device)
         if watched is not None:
             self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched)))
         contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)

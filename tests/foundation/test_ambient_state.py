@@ -170,3 +170,13 @@ def test_a_construction_alone_makes_no_passing_check():
         torch.set_grad_enabled(False)
         calls.ambient_kept("construction max_M=8 N=8 K=8", before, None, call=False)
     assert [c.passed for c in calls.finish() if c.name == "ambient_state_kept"] == [False]
+
+
+def test_a_grad_mode_leak_shows_in_a_rotated_case_too():
+    """The autograd rotation's contexts restore grad mode on exit: the snapshots are taken inside them, so the call
+    under grad enabled still shows ``GradModeLeftOff``'s leak (under no_grad and inference mode grad is off anyway)."""
+    with _kept():
+        checks = run_on_one_cpu_rank(catalogue.GradModeLeftOff, Case("compute", ms=[5, 100], autograd="rotate",
+                                                                     **BASE))
+    bad = failed_checks(checks, "ambient_state_kept")
+    assert bad and all("[grad]" in label for label in bad[0].extra["changed"]), [c.render() for c in checks]
