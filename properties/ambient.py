@@ -138,6 +138,11 @@ class AmbientSnapshot(dict):
                 self[name] = "n/a"
             self.setters[name] = setter
 
+    @property
+    def unread(self) -> tuple[str, ...]:
+        """The items this torch has no query for (read as ``"n/a"``): no call can fail on them."""
+        return tuple(name for name, value in self.items() if isinstance(value, str) and value == "n/a")
+
 
 def ambient_snapshot(device=None) -> AmbientSnapshot:
     """The caller's process state a call must leave as it found it (module docstring); ``device``: the
@@ -199,20 +204,23 @@ def _show(v) -> str:
     return repr(v)
 
 
-def ambient_state_kept(changed: list[tuple[str, list[str]]], *, rank=None,
+def ambient_state_kept(changed: list[tuple[str, list[str]]], *, rank=None, unread: tuple[str, ...] = (),
                        name: str = "ambient_state_kept") -> CheckResult:
     """``changed``: (call label, :func:`ambient_changes` of the snapshots around that call) for every call checked.
-    Fails when any call changed anything, naming the calls and what each changed."""
+    Fails when any call changed anything, naming the calls and what each changed. ``unread``: items this torch has
+    no query for (:attr:`AmbientSnapshot.unread`): they could not fail, and a pass says so."""
     n = len(changed)
     bad = [(label, what) for label, what in changed if what]
+    extra = {"unread": list(unread)} if unread else {}
     if not bad:
-        return CheckResult(name=name, passed=True, rank=rank, total=n,
+        gap = f" (not read on this torch, so not checked: {', '.join(unread)})" if unread else ""
+        return CheckResult(name=name, passed=True, rank=rank, total=n, extra=extra,
                            detail=f"{n} calls left the caller's device, stream, grad mode, math flags and random "
-                                  "generators as they found them")
+                                  f"generators as they found them{gap}")
     lines = "; ".join(f"{label}: {', '.join(what)}" for label, what in bad[:4])
     more = f" (and {len(bad) - 4} more calls)" if len(bad) > 4 else ""
     return CheckResult(name=name, passed=False, rank=rank, total=n, n_wrong=len(bad),
-                       extra={"changed": [label for label, _ in bad]},
+                       extra={"changed": [label for label, _ in bad], **extra},
                        detail=f"{len(bad)} of {n} calls changed the caller's process state ({lines}{more}): a call "
                               "must leave it as a torch op does -- set it inside a context manager that restores it, "
                               "or not at all")

@@ -86,6 +86,7 @@ class CaseCalls:
         self._inputs: list[tuple[str, torch.Tensor]] = []  # (label, whether the call changed its x, w: on device)
         self._ambient: list[tuple[str, list[str]]] = []  # (label, what the call changed of the caller's process)
         self._ambient_calls = 0  # of them, calls (the others: constructions)
+        self._unread: set[str] = set()  # items of the snapshots this torch could not read
         self._autograd: list[str] | None = None  # rotate_autograd: the modes eager calls take in turn
         self._eager_calls = 0
         self.trail: list[str] = []  # every call begun, with the kernel path it was to take (trail_text)
@@ -164,6 +165,7 @@ class CaseCalls:
         caller's process since ``before`` (``properties.ambient``), and set it back at once: the harness's own work
         after it runs in the caller's state, and each call that leaks fails, not only a process's first."""
         self._ambient.append((label, ambient_since(before, device)))
+        self._unread.update(before.unread)
         self._ambient_calls += call
 
     def capture_failed(self, exc: BaseException, *, tag: str, M: int, rank: int | None = None) -> CallRaised:
@@ -184,13 +186,14 @@ class CaseCalls:
             out.append(inputs_untouched(self._inputs, rank=self.rank))
         if self._ambient_calls or any(changed for _, changed in self._ambient):
             # constructions alone, kept, are no check of their own: a case whose family did not run stays skipped
-            out.append(ambient_state_kept(self._ambient, rank=self.rank))
+            out.append(ambient_state_kept(self._ambient, rank=self.rank, unread=tuple(sorted(self._unread))))
         for res in out:
             res.extra.setdefault("call", "end of case")
         self._held.clear()
         self._inputs.clear()
         self._ambient.clear()
         self._ambient_calls = 0
+        self._unread.clear()
         return out
 
     def device_fault(self, exc: BaseException) -> CheckResult | None:

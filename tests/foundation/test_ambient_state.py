@@ -180,3 +180,26 @@ def test_a_grad_mode_leak_shows_in_a_rotated_case_too():
                                                                      **BASE))
     bad = failed_checks(checks, "ambient_state_kept")
     assert bad and all("[grad]" in label for label in bad[0].extra["changed"]), [c.render() for c in checks]
+
+
+def test_an_item_this_torch_cannot_read_is_named_in_the_pass(monkeypatch):
+    """A query torch lacks reads "n/a" before and after: it cannot fail, so the pass names it instead of claiming it."""
+    import properties.ambient as ambient
+
+    real = ambient._host_items
+
+    def missing():
+        raise AttributeError("this torch has no such query")
+
+    def without_threads():
+        return [(n, missing if n == "intra-op threads" else q, s) for n, q, s in real()]
+
+    monkeypatch.setattr(ambient, "_host_items", without_threads)
+    before = ambient_snapshot()
+    assert before.unread == ambient_snapshot().unread == ("intra-op threads",)
+    ok = ambient_state_kept([("call0 (M=8)", [])], unread=before.unread)
+    assert ok.passed and "not read on this torch, so not checked: intra-op threads" in ok.detail
+    assert ok.extra["unread"] == ["intra-op threads"]
+    monkeypatch.undo()
+    assert ambient_snapshot().unread == ()  # torch 2.13 reads every item
+    assert "not read" not in ambient_state_kept([("call0 (M=8)", [])]).detail
