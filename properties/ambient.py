@@ -16,8 +16,8 @@ fp32 matmul precision, ``torch.backends.cuda.matmul``'s TF32, bf16 / fp16 reduce
 accumulation, cuDNN's TF32, deterministic and benchmark flags, the attention backends, oneDNN (mkldnn) on or off,
 autocast on CPU and CUDA, the intra-op thread count, whether the calling thread flushes
 subnormals to zero (a probe: ``torch.set_flush_denormal`` has no getter), the CPU generator's state, and, where
-CUDA is initialised, the current device, the current stream of the current device and of the implementation's
-device, and that device's generator state.
+CUDA is initialised, the current device, its current stream (and the implementation's device's, where that is
+another device), and the implementation's device's generator state.
 """
 
 from __future__ import annotations
@@ -111,11 +111,18 @@ def _host_items() -> list[tuple[str, object, object]]:
 
 
 def _cuda_items(index: int) -> list[tuple[str, object, object]]:
+    """The current device, its current stream and, where the implementation's device ``index`` is another one, that
+    device's current stream too (read once where they are the same device, as the harness calls), and ``index``'s
+    generator."""
     current = torch.cuda.current_device()
+    streams = [("current stream of the current device", lambda: torch.cuda.current_stream(current),
+                torch.cuda.set_stream)]
+    if index != current:
+        streams.append((f"current stream of cuda:{index}", lambda: torch.cuda.current_stream(index),
+                        torch.cuda.set_stream))
     return [
         ("current CUDA device", lambda: current, torch.cuda.set_device),
-        ("current stream of the current device", lambda: torch.cuda.current_stream(current), torch.cuda.set_stream),
-        (f"current stream of cuda:{index}", lambda: torch.cuda.current_stream(index), torch.cuda.set_stream),
+        *streams,
         (f"random generator state of cuda:{index}", lambda: _generator_state(torch.cuda.default_generators[index]),
          lambda v: _set_generator_state(torch.cuda.default_generators[index], v)),
     ]
@@ -157,7 +164,7 @@ def ambient_changes(before: dict, after: dict) -> list[str]:
     CUDA adds its items to the second, which is no change of the caller's."""
     out = []
     for name in before:
-        if name not in after:  # not read after (CUDA initialised by neither): nothing to compare
+        if name not in after:  # read before only (another device's items): nothing to compare
             continue
         a, b = before[name], after[name]
         if a == b:
