@@ -10,28 +10,49 @@ from fuzz.status import Status
 
 pytestmark = pytest.mark.multiproc
 
+#: Every check the gate makes on the CPU with a correct implementation (made, not only skipped), by what makes it: a
+#: check that stops running -- a family's condition inverted, a check dropped from a list, a clause left unread --
+#: leaves its name out and fails this test (a silent pass otherwise: no mutant can fail a check that never runs).
 EXPECTED = {
+    # every valid call and every case (fuzz/families/calls.py)
+    "path_taken", "result_contract", "returns_out", "fresh_result", "fresh_padding_zero", "earlier_results_unchanged",
+    "inputs_untouched", "ambient_state_kept", "guard_regions_untouched",
+    # compute
     "within_tolerance", "oracle_within_tolerance", "bitwise_equal", "oracle_exact", "nonfinite_pattern_matches",
-    "padded_rows_untouched", "guard_regions_untouched", "repeatable", "fresh_per_call", "returns_out",
-    "capacity_rejected", "bad_call_rejected", "no_systematic_bias", "batch_invariant",
+    "padded_rows_untouched", "repeatable", "fresh_per_call", "inputs_changed_in_place", "no_systematic_bias",
+    "batch_invariant",
+    # groups (a TP group that is a subgroup of the world)
+    "other_groups_untouched", "outside_rank_untouched",
+    # instances, dispatch
+    "other_instances_untouched", "should_run_stable", "memory_bounded", "released_on_close",
+    "dispatch_agrees_across_ranks", "dispatch_sides_agree",
+    # capacity, bad_call
+    "capacity_rejected", "bad_call_rejected",
 }
+#: What only a GPU makes: on the CPU each is skipped with its reason, never passed.
+GPU_ONLY = {"capacity_rejected_in_capture"}
 
 
 def test_every_family_runs_every_property_on_cpu():
     pool = RankPool(PoolSpec(impl="unfused", world_size=3))
     base = dict(seed=3, N=64, K=64, max_M=512)
     cases = [
-        Case("compute", ms=[3, 129, 7], kind="exact", late_rank=1, delay_ms=20, batch_m=65, **base),
-        Case("compute", ms=[100], kind="nonfinite", out="none", batch_m=9, **base),
+        Case("compute", ms=[3, 129, 7], kind="exact", late_rank=1, delay_ms=20, batch_m=65, autograd="rotate",
+             layout=[[0, 2]], **base),
+        Case("compute", ms=[100, 5], kind="nonfinite", out="none", batch_m=9, **base),
+        Case("instances", 5, 64, 64, 8192, [300, 5, 129], "exact", repeat=1, shapes=[[128, 64, 512]],
+             order=[0, 1, 0], recreate=[[64, 128, 256]]),
+        Case("dispatch", 6, 64, 64, 8192, [127, 128, 127], "exact", out="none"),
     ]
     cases += [Case("capacity", ms=[5], bad=b, **base) for b in CAPACITY_BADS]
     cases += [Case("bad_call", ms=[9], bad=b, **base) for b in sorted(BAD_CALLS)]
-    seen, bads = set(), set()
+    seen, skipped_only, bads = set(), set(), set()
     try:
         for case in cases:
             report = pool.run(case)
             assert report.passed, report.render()
             seen |= {c["name"] for _, c in report.checks() if c["passed"]}  # made, not only skipped
+            skipped_only |= {c["name"] for c in report.skipped_checks()}
             if case.family == "capacity":  # no capture on the CPU: skipped with the reason, never passed
                 assert {(c["name"], "no CUDA graphs" in c["detail"]) for c in report.skipped_checks()} == \
                     {("capacity_rejected_in_capture", True)}
@@ -39,7 +60,8 @@ def test_every_family_runs_every_property_on_cpu():
         graph = pool.run(Case("graph", ms=[5], **base))
     finally:
         pool.close()
-    assert EXPECTED <= seen, f"never ran: {sorted(EXPECTED - seen)}"
+    assert seen == EXPECTED, f"never ran: {sorted(EXPECTED - seen)}; not listed here: {sorted(seen - EXPECTED)}"
+    assert GPU_ONLY <= skipped_only and not GPU_ONLY & seen
     assert bads == set(BAD_CALLS) | set(CAPACITY_BADS)
     # On CPU the graph family is reported as skipped, with its reason, never as passed.
     assert graph.status == Status.SKIPPED and "CUDA graphs" in graph.note
