@@ -18,6 +18,7 @@ import re
 import sys
 from collections import Counter, defaultdict
 
+from .expected_checks import expected_checks
 from .phases import PHASES, harness_seconds
 from .status import Reproducibility, Status
 
@@ -325,6 +326,7 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
         "paths": paths,
         "unchecked_implementations": unchecked,
         "properties": rows,
+        "unmade": unmade_checks(cases),
         "skipped": [{"reason": k, "count": v} for k, v in sorted(skipped.items())],
         "failures": failures,
         "test_failures": test_failures,
@@ -343,6 +345,30 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
     with open(os.path.join(out_dir, "failures.jsonl"), "w") as f:
         f.writelines(json.dumps(row) + "\n" for row in failure_records(case_files))
     return summary
+
+
+def unmade_checks(cases: list[dict]) -> list[dict]:
+    """Per (implementation, topology) of the run: the checks of :func:`fuzz.expected_checks.expected_checks` that no
+    case made (a check that never ran passes nothing), each ``skipped`` -- every case that came to it skipped it, the
+    reasons in the skipped list -- or ``not reached`` -- no case even came to it (a family the run did not draw or
+    select, a world size too small for it, or a harness that stopped making it). Information, not the verdict: which
+    checks a run reaches depends on what it draws and selects."""
+    made: dict[tuple, set] = defaultdict(set)
+    skipped: dict[tuple, set] = defaultdict(set)
+    for row in cases:
+        if row.get("reproducibility") == Reproducibility.FLAKY:
+            continue
+        key = (row["impl"], row["topology"])
+        for c in row.get("checks", []):
+            (skipped if c.get("skipped") else made)[key].add(c["name"])
+    out = []
+    for key in sorted(set(made) | set(skipped) | {(r["impl"], r["topology"]) for r in cases}):
+        missing = sorted(expected_checks(key[1]) - made[key])
+        if missing:
+            out.append({"impl": key[0], "topology": key[1],
+                        "skipped": [n for n in missing if n in skipped[key]],
+                        "not_reached": [n for n in missing if n not in skipped[key]]})
+    return out
 
 
 def timing(cases: list[dict]) -> list[dict]:
@@ -414,6 +440,12 @@ def render_markdown(s: dict) -> str:
         lines += [f"| {t['impl']} | {t['topology']} | {t['world_size']} | {t['cases']} | {t['median_s']} | "
                   f"{t['p95_s']} | {t['max_s']} | {t['total_s']} | {render_phases(t.get('phases_s') or {})} |"
                   for t in s["timing"]]
+    if s.get("unmade"):
+        lines += ["", "Checks no case made (each passes nothing in this run; `fuzz/expected_checks.py`):", ""]
+        for u in s["unmade"]:
+            parts = ([f"skipped wherever reached ({', '.join(u['skipped'])})"] if u["skipped"] else []) + \
+                ([f"NOT REACHED by any case ({', '.join(u['not_reached'])})"] if u["not_reached"] else [])
+            lines.append(f"- {u['impl']} on {u['topology']}: " + "; ".join(parts))
     if s["skipped"]:
         lines += ["", "Skipped (never counted as passed):", ""]
         lines += [f"- {x['count']} x {x['reason']}" for x in s["skipped"]]

@@ -80,6 +80,32 @@ def test_skipped_checks_are_listed_not_passed(tmp_path):
     assert "no CUDA graphs on cpu" in (tmp_path / "summary.md").read_text()
 
 
+def test_checks_no_case_made_are_listed_as_skipped_or_not_reached(tmp_path):
+    from fuzz.expected_checks import CUDA_ONLY, EVERY_TOPOLOGY, expected_checks
+
+    made = sorted(EVERY_TOPOLOGY - {"batch_invariant", "outside_rank_untouched", "other_groups_untouched"})
+    checks = [{"name": n, "passed": True, "rank": 0} for n in made]
+    waived = [{"name": "batch_invariant", "passed": False, "skipped": True, "rank": 0, "detail": "waived: gloo"}]
+    gpu = _row(checks=checks + [{"name": n, "passed": True, "rank": 0} for n in sorted(CUDA_ONLY)])
+    gpu["topology"] = "shared-gpu"
+    _write(tmp_path, [_row(checks=checks), _row(checks=checks + waived), gpu])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert s["verdict"] == "PASS"  # information, not the verdict
+    assert s["unmade"] == [
+        {"impl": "unfused", "topology": "cpu", "skipped": ["batch_invariant"],
+         "not_reached": ["other_groups_untouched", "outside_rank_untouched"]},
+        {"impl": "unfused", "topology": "shared-gpu", "skipped": [],
+         "not_reached": ["batch_invariant", "other_groups_untouched", "outside_rank_untouched"]}]
+    md = (tmp_path / "summary.md").read_text()
+    assert ("- unfused on cpu: skipped wherever reached (batch_invariant); NOT REACHED by any case "
+            "(other_groups_untouched, outside_rank_untouched)") in md
+    # a run that made every check lists none; the CUDA-only checks are expected on GPU topologies only
+    assert expected_checks("cpu") == EVERY_TOPOLOGY and expected_checks("multi-gpu") == EVERY_TOPOLOGY | CUDA_ONLY
+    _write(tmp_path, [_row(checks=[{"name": n, "passed": True, "rank": 0} for n in sorted(EVERY_TOPOLOGY)])])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert s["unmade"] == [] and "Checks no case made" not in (tmp_path / "summary.md").read_text()
+
+
 def test_whole_tests_pytest_skipped_are_listed(tmp_path):
     _write(tmp_path, [_row()])
     skip = '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" />'
@@ -252,6 +278,8 @@ def test_campaign_end_to_end_on_cpu(tmp_path, impl, verdict, rc):
         assert "(reproducible, re-run failed)" in (out / "summary.md").read_text()
     else:
         assert s["failed_cases"] == 0 and s["timing"][0]["world_size"] == 2
+        # the smoke profile (derandomized: the same examples every run) reaches every check the CPU makes at W = 2
+        assert s["unmade"] == [], s["unmade"]
         # the session wrote the tests it collected; the progress line's estimate came from them
         collected = (out / "collected.txt").read_text().splitlines()
         assert "fuzz/test_gemm_rs.py::test_compute[unfused-cpu-W2]" in collected, collected

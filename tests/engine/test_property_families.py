@@ -5,32 +5,18 @@ from __future__ import annotations
 import pytest
 
 from fuzz.case import BAD_CALLS, CAPACITY_BADS, Case, PoolSpec
+from fuzz.expected_checks import expected_checks
 from fuzz.pool import RankPool
 from fuzz.status import Status
 
 pytestmark = pytest.mark.multiproc
 
-#: Every check the gate makes on the CPU with a correct implementation (made, not only skipped), by what makes it: a
-#: check that stops running -- a family's condition inverted, a check dropped from a list, a clause left unread --
-#: leaves its name out and fails this test (a silent pass otherwise: no mutant can fail a check that never runs).
-EXPECTED = {
-    # every valid call and every case (fuzz/families/calls.py)
-    "path_taken", "result_contract", "returns_out", "fresh_result", "fresh_padding_zero", "earlier_results_unchanged",
-    "inputs_untouched", "ambient_state_kept", "guard_regions_untouched",
-    # compute
-    "within_tolerance", "oracle_within_tolerance", "bitwise_equal", "oracle_exact", "nonfinite_pattern_matches",
-    "padded_rows_untouched", "repeatable", "fresh_per_call", "inputs_changed_in_place", "no_systematic_bias",
-    "batch_invariant",
-    # groups (a TP group that is a subgroup of the world)
-    "other_groups_untouched", "outside_rank_untouched",
-    # instances, dispatch
-    "other_instances_untouched", "should_run_stable", "memory_bounded", "released_on_close",
-    "dispatch_agrees_across_ranks", "dispatch_sides_agree",
-    # capacity, bad_call
-    "capacity_rejected", "bad_call_rejected",
-}
+#: Every check the gate makes on the CPU with a correct implementation (made, not only skipped): a check that stops
+#: running -- a family's condition inverted, a check dropped from a list, a clause left unread -- leaves its name out
+#: and fails this test (a silent pass otherwise: no mutant can fail a check that never runs).
+EXPECTED = expected_checks("cpu")
 #: What only a GPU makes: on the CPU each is skipped with its reason, never passed.
-GPU_ONLY = {"capacity_rejected_in_capture"}
+GPU_ONLY = {"capacity_rejected_in_capture"}  # (the other CUDA-only checks' families skip whole on the CPU)
 
 
 def test_every_family_runs_every_property_on_cpu():
