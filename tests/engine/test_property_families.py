@@ -103,6 +103,7 @@ def test_an_accepted_bad_call_says_whether_its_result_is_right(impl, right):
     assert len(checks) == 2  # one per rank
     for c in checks:
         assert c["extra"]["accepted_result_correct"] is right
+        assert c["detail"].startswith("bad call x_noncontiguous ("), c["detail"]  # which bad call, in the failure
         assert ("its result is right" if right else "its result is WRONG") in c["detail"]
 
 
