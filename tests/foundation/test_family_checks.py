@@ -48,3 +48,11 @@ def test_the_compute_family_makes_each_call_where_its_check_needs_it():
     checks = run_on_one_cpu_rank(UnfusedGemmRs, Case("compute", ms=[5], repeat=1, **BASE))
     assert _calls(checks) == [("call0", 5), ("inplace", 5)]
     assert not {"repeatable", "fresh_per_call", "batch_invariant"} & {c.name for c in checks}
+
+
+def test_the_dispatch_family_tags_each_step_with_the_side_the_layer_takes():
+    # unfused: should_run from M = 128 (its threshold), can_run everywhere; the crossover's two sides come after ms
+    checks = run_on_one_cpu_rank(UnfusedGemmRs, Case("dispatch", 6, 64, 64, 8192, [127, 128, 127], "exact", out="none"))
+    sides = sorted({(c.extra["call"], c.extra["M"], c.extra["side"]) for c in checks if "side" in c.extra})
+    assert sides == [("layer0", 127, "torch"), ("layer1", 128, "op"), ("layer2", 127, "torch"),
+                     ("layer3", 127, "torch"), ("layer4", 128, "op")]
