@@ -8,6 +8,8 @@ import pytest
 from fuzz.case import Case, PoolSpec
 from fuzz.differential import compare, render, sample_cases
 from fuzz.pool import RankPool
+from fuzz.report import CaseReport
+from fuzz.status import Status
 
 pytestmark = pytest.mark.multiproc
 
@@ -68,3 +70,77 @@ def test_an_implementation_the_host_cannot_build_fails_the_run_after_one_case(ca
     assert rc == 1 and "verdict: FAILED" in out
     assert ran == {"unfused": 3, planted: 1}  # one case showed it; none of the others ran
     assert f"CANNOT BUILD {planted}" in out and "libfast is not importable (planted)" in out and "REPRO: python" in out
+
+
+# --- compare() on built reports (no ranks): what it counts and whom it names ---------------------------------------
+
+def _report(impl: str, status: str, digests: dict) -> CaseReport:
+    """A report of CASES[0] whose ranks' within_tolerance checks carry ``digests``: (call, M, rank) -> (kind,
+    digest)."""
+    ranks: dict[int, dict] = {}
+    for (call, M, rank), (kind, d) in digests.items():
+        ranks.setdefault(rank, {"checks": []})["checks"] += [
+            {"name": "within_tolerance", "passed": True, "skipped": False,
+             "extra": {"call": call, "M": M, "kind": kind, "digest": d}},
+            {"name": "result_contract", "passed": True, "skipped": False, "extra": {"digest": "not a result's"}}]
+    return CaseReport(case=CASES[0], spec=PoolSpec(impl=impl, world_size=2), status=Status(status), ranks=ranks)
+
+
+def test_compare_counts_each_call_and_rank_and_names_an_exact_disagreement_once():
+    same = {("call0", 129, 0): ("exact", "a0"), ("call0", 129, 1): ("exact", "a1"),
+            ("call1", 7, 0): ("gaussian", "g0"), ("call1", 7, 1): ("gaussian", "g1"),
+            ("call2", 5, 0): ("exact", "e0")}
+    # both ranks differ on each exact call (each call named once, not per rank); the gaussian call differs too
+    # (counted only)
+    differ = {k: (kind, d + "x") for k, (kind, d) in same.items()}
+    summary = compare({"A": [_report("A", "passed", same), _report("A", "passed", same)],
+                       "B": [_report("B", "passed", same), _report("B", "failed", differ)]})
+    assert summary["pairs"][("A", "B")] == {"exact_same": 3, "exact_differ": 3, "other_same": 2, "other_differ": 2}
+    assert [(d["k"], d["call"], d["impls"]) for d in summary["disagreements"]] == [
+        (1, ("call0", 129), ("A", "B")), (1, ("call2", 5), ("A", "B"))]
+    assert summary["statuses"] == {"A": {"passed": 2}, "B": {"passed": 1, "failed": 1}}
+
+
+def test_compare_names_no_one_for_a_difference_on_rounded_inputs_only():
+    exact = {("call0", 129, 0): ("exact", "a0")}
+    rounded = {("call1", 7, 0): ("gaussian", "g0")}
+    summary = compare({"A": [_report("A", "passed", {**exact, **rounded})],
+                       "B": [_report("B", "passed", {**exact, ("call1", 7, 0): ("gaussian", "other bits")})]})
+    assert summary["disagreements"] == []
+    assert summary["pairs"][("A", "B")] == {"exact_same": 1, "exact_differ": 0, "other_same": 0, "other_differ": 1}
+
+
+def test_compare_skips_a_case_one_implementation_could_not_run():
+    digests = {("call0", 129, 0): ("exact", "a0")}
+    summary = compare({"A": [_report("A", "passed", digests)], "B": [_report("B", "hang", {})]})
+    assert summary["pairs"][("A", "B")] == {"exact_same": 0, "exact_differ": 0, "other_same": 0, "other_differ": 0}
+    assert summary["disagreements"] == [] and summary["statuses"]["B"] == {"hang": 1}
+
+
+def test_the_command_passes_agreeing_implementations_and_fails_on_a_failure_or_a_disagreement(
+        capsys, monkeypatch, own_settings):
+    import fuzz.differential
+
+    agreeing = ["--impl", "unfused,mutants.catalogue:PowerOfTwoGroupsOnly", "--cases", "2"]
+    rc = fuzz.differential.main(agreeing)
+    out = capsys.readouterr().out
+    assert rc == 0 and "verdict: PASSED" in out and "W=2" in out, out[-2000:]  # W = 2 unless told
+    rc = fuzz.differential.main(["--impl", "unfused,mutants.catalogue:OutputScaledSlightly", "--cases", "2",
+                                 "--world-sizes", "2"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "verdict: FAILED" in out and "failed 2" in out, out[-2000:]  # its cases failed
+    real = fuzz.differential.compare
+
+    def with_a_disagreement(results):  # every case passed, yet two results differ on exact inputs
+        summary = real(results)
+        a, b = list(results)
+        summary["disagreements"].append({"k": 0, "case": "{}", "call": ("call0", 1), "impls": (a, b),
+                                         "repro": {a: "python -m fuzz.repro a", b: "python -m fuzz.repro b"}})
+        return summary
+
+    monkeypatch.setattr(fuzz.differential, "compare", with_a_disagreement)
+    rc = fuzz.differential.main(agreeing)
+    out = capsys.readouterr().out
+    assert rc == 1 and "verdict: FAILED" in out and "DISAGREE on exact inputs" in out, out[-2000:]
+    with pytest.raises(SystemExit):
+        fuzz.differential.main(["--impl", "unfused"])
