@@ -86,6 +86,12 @@ def main() -> None:
     for j in range(jobs):
         if not os.path.exists(f"{repo}-{j}"):
             shutil.copytree(repo, f"{repo}-{j}", symlinks=True, ignore=shutil.ignore_patterns(".venv"))
+    run_all(repo, work, tests, jobs)
+
+
+def run_all(repo: str, work: list, tests: list[str], jobs: int) -> None:
+    """Every ``(path, site, src)`` of ``work`` flipped and tested in turn, ``jobs`` at a time, each in its own
+    scratch copy ``{repo}-{slot}``; one line printed per flip."""
     lock = threading.Lock()
 
     def worker(slot: int) -> None:
@@ -101,7 +107,6 @@ def main() -> None:
         t.start()
     for t in threads:
         t.join()
-
 
 if __name__ == "__main__":
     main()
