@@ -22,7 +22,9 @@ end": a late write past a workspace shows in the case that made it).
 
 compute   for each M of ``ms`` in order, on one long-lived implementation instance (call i uses input
           kind ``kinds[i]``, or ``kind`` for every call when ``kinds`` is None; ``autograd`` "rotate": the eager
-          calls under torch.inference_mode(), torch.no_grad() and grad enabled in turn):
+          calls under torch.inference_mode(), torch.no_grad() and grad enabled in turn; ``defaults`` "engine": the
+          case's instances built and its eager calls made with bf16 as the default dtype and the implementation's
+          device as the default device, as an engine builds its layers -- the case's own long-lived instance):
           1 within_tolerance  (implementation vs fp64 truth, derived budget)
           2 oracle_within_tolerance (the oracle vs the same truth: the reference itself is sane)
           3 bitwise_equal     (kind "exact": implementation == oracle bit for bit)
@@ -130,6 +132,7 @@ class Case:
     recreate: list[list[int]] | None = None  # instances: [N, K, max_M] each re-created instance gets
     wrap: str | None = None            # wrap: the counter boundary crossed, "signed" (2^31) or "unsigned" (2^32)
     autograd: str | None = None        # "rotate": eager calls under inference_mode, no_grad, grad, ... in turn
+    defaults: str | None = None        # "engine": constructions and eager calls under bf16 / the device as defaults
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -164,6 +167,8 @@ class Case:
             parts.append(f"wrap={self.wrap}")
         if self.autograd:
             parts.append(f"autograd={self.autograd}")
+        if self.defaults:
+            parts.append(f"defaults={self.defaults}")
         return " ".join(parts)
 
 

@@ -337,6 +337,10 @@ def shapes(draw, topology: str, supports: Callable[[int, int], Eligibility] | No
 #: ``torch.inference_mode()``, ``torch.no_grad()`` and grad enabled in turn (``fuzz.families.calls.AUTOGRAD_MODES``);
 #: None first, so a failure shrinks to the caller's own mode where the modes do not matter.
 AUTOGRAD_DRAWS = (None, "rotate")
+#: The compute cases' caller defaults (``Case.defaults``): the process's own, or an engine's -- bf16 as the default
+#: dtype, the implementation's device as the default device (``fuzz.families.calls.caller_defaults``) -- around the
+#: case's constructions (its own instance: built under them) and eager calls; None first.
+DEFAULTS_DRAWS = (None, "engine")
 
 
 @st.composite
@@ -365,8 +369,9 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     batch_m = draw(m_values(world_size, max_M))
     offset = draw(st.sampled_from(VIEW_OFFSETS))
     autograd = draw(st.sampled_from(AUTOGRAD_DRAWS))
+    defaults = draw(st.sampled_from(DEFAULTS_DRAWS))
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds, layout=layout, batch_m=batch_m, offset=offset, autograd=autograd)
+                kinds=kinds, layout=layout, batch_m=batch_m, offset=offset, autograd=autograd, defaults=defaults)
 
 
 #: capacities of the instances family's own instances (several sizes: different workspaces, different

@@ -563,6 +563,24 @@ class WorkspaceAllocatedAtFirstCall(UnfusedGemmRs):
         return super()._run(x, w, out, M)
 
 
+class FlagWordsInDefaultDtype(UnfusedGemmRs):
+    """Flag words allocated with the default dtype and reinterpreted as int32 (``torch.zeros(W)`` where
+    ``dtype=torch.int32`` was meant, then ``.view(torch.int32)``): 4-byte floats in every test of a process that keeps
+    torch's fp32 default, so one word per rank; built under an engine's defaults (vLLM constructs its layers under
+    ``set_default_torch_dtype(bf16)``) they are 2-byte bf16, half as many words, and the upper half of the ranks
+    index past them (W = 1: two bytes are no int32 at all). Every value right under the fp32 default."""
+
+    name = "mutant-flag-words-in-default-dtype"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._flag_store = torch.zeros(self.world_size, device=self.device)  # the bug: no dtype=torch.int32
+
+    def _run(self, x, w, out, M):
+        self._flag_store.view(torch.int32)[self.rank] += 1  # this rank's arrival count
+        return super()._run(x, w, out, M)
+
+
 class NondeterministicReduction(UnfusedGemmRs):
     """Bitwise nondeterminism: the cross-rank reduction differs from call to call (an autotuner or a
     timing-dependent path switching between a bf16 reduce of rounded partials and an fp32 reduce), so
@@ -1164,6 +1182,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("MatmulPrecisionSetAtConstruction", (2,), ("ambient_state_kept",)),
     # autograd modes (28th session): a lazily allocated workspace, an inference tensor after an inference-mode call
     MutantSpec("WorkspaceAllocatedAtFirstCall", (2,), ("call_raised",)),
+    MutantSpec("FlagWordsInDefaultDtype", (2,), ("call_raised",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

@@ -90,6 +90,7 @@ def run_case(ctx: RankContext, case: Case) -> list[CheckResult]:
     calls = ctx.begin_case()
     if case.autograd is not None:
         calls.rotate_autograd(case.autograd)
+    calls.defaults = case.defaults
     checks: list[CheckResult] = []
     try:
         if case.layout is None:

@@ -19,6 +19,10 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
   (``RankContext.new_impl``), left the caller's current device or stream, grad mode, default dtype, math flags or
   random generators changed (host reads right before and after each, ``properties/ambient.py``).
 
+A case's eager calls may run under autograd modes in turn (``Case.autograd``, :data:`AUTOGRAD_MODES`) and its
+constructions and eager calls under an engine's tensor defaults (``Case.defaults``, :func:`caller_defaults`); the
+mode and the defaults are in each call's tag.
+
 Results of eager calls are held with a copy taken on return; :meth:`CaseCalls.finish` checks at the end
 of the case that each still has those bits (``earlier_results_unchanged``). A result that broke the
 result contract is replaced, for the family's value checks, by a conforming stand-in (bf16 (S, N) on the
@@ -59,6 +63,31 @@ from properties.result import CheckResult
 #: ``torch.no_grad()``, a training loop with grad enabled -- a layer's calls may come in any of them, in any order.
 AUTOGRAD_MODES = {"inference_mode": torch.inference_mode, "no_grad": torch.no_grad, "grad": torch.enable_grad}
 
+#: The caller's tensor defaults a case with ``defaults="engine"`` builds its instances and makes its eager calls under:
+#: an engine builds its layers -- and some run them -- with the model's dtype as the default dtype and the device as
+#: the default device (vLLM's ``set_default_torch_dtype(dtype)`` and ``torch.device(device)`` around model
+#: construction), so a tensor an implementation creates without naming its dtype or device is bf16 there, on that
+#: device: flag words allocated with the default dtype and reinterpreted as int32 are half as many.
+ENGINE_DEFAULT_DTYPE = torch.bfloat16
+
+
+@contextlib.contextmanager
+def caller_defaults(how: str | None, device):
+    """The implementation's construction or call under the caller's tensor defaults ``how`` (None: as they are;
+    "engine": :data:`ENGINE_DEFAULT_DTYPE` and ``device`` as the default dtype and device), set back after."""
+    if how is None:
+        yield
+        return
+    if how != "engine":
+        raise ValueError(f"unknown caller defaults {how!r}: 'engine' or None")
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(ENGINE_DEFAULT_DTYPE)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+
 
 class CallRaised(Exception):
     """A valid call of the implementation raised; recorded as a failed ``call_raised`` check."""
@@ -88,6 +117,7 @@ class CaseCalls:
         self._ambient_calls = 0  # of them, calls (the others: constructions)
         self._unread: set[str] = set()  # items of the snapshots this torch could not read
         self._autograd: list[str] | None = None  # rotate_autograd: the modes eager calls take in turn
+        self.defaults: str | None = None  # caller_defaults of the case's constructions and eager calls
         self._eager_calls = 0
         self.trail: list[str] = []  # every call begun, with the kernel path it was to take (trail_text)
 
@@ -118,6 +148,7 @@ class CaseCalls:
         M = int(x.shape[0])
         mode = self._next_mode(captured)
         tag = tag if mode is None else f"{tag} [{mode}]"
+        tag = tag if self.defaults is None or captured else f"{tag} [{self.defaults} defaults]"
         S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
         expected, reason = impl.expected_path(x, w)
         self.trail.append(f"{tag} M={M} group rank {r}/{W} {'captured ' if captured else ''}expected path "
@@ -127,7 +158,8 @@ class CaseCalls:
         signature = tuple(getattr(impl, "fallback_ops", ()) or ()) if expected == impl.main_path else ()
         seen = OpsSeen() if signature else None
         # the snapshots inside the mode's context: its exit restores grad mode, which would hide a call's leak of it
-        with AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext():
+        with AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext(), \
+                caller_defaults(self.defaults if not captured else None, impl.device):
             ambient = ambient_snapshot(impl.device) if not captured else None
             try:
                 with seen if seen is not None else contextlib.nullcontext():

@@ -27,7 +27,7 @@ from properties.dispatch import kernel_paths_agree_across_ranks
 from .. import phases
 from ..case import Case
 from ..layouts import Layout, check_layout, replica_seed
-from .calls import CaseCalls, raised_by_call
+from .calls import CaseCalls, caller_defaults, raised_by_call
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,10 @@ class RankContext:
 
     # instances ------------------------------------------------------------------------------
     def impl(self, case: Case):
-        """This group's long-lived instance of the case's (max_M, N, K)."""
+        """This group's long-lived instance of the case's (max_M, N, K), built under the case's caller defaults
+        (``Case.defaults``: an engine's instance is built under its defaults, so it is another instance)."""
         max_M, N, K = case.max_M, case.N, case.K
-        key = (self.tp.members, max_M, N, K)
+        key = (self.tp.members, max_M, N, K, case.defaults or "")
         if key not in self._impls:
             self._impls[key] = self.new_impl(max_M, N, K)
         return self._impls[key]
@@ -162,10 +163,14 @@ class RankContext:
         compared across the group's ranks (:meth:`paths_agree`); what the construction changed of the caller's
         process noted for ``ambient_state_kept`` (:meth:`CaseCalls.ambient_kept`)."""
         with phases.phase("construct"):
-            before = ambient_snapshot(self.device) if self.calls is not None else None
-            impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
-            if before is not None:
-                self.calls.ambient_kept(f"construction max_M={max_M} N={N} K={K}", before, self.device, call=False)
+            defaults = self.calls.defaults if self.calls is not None else None
+            with caller_defaults(defaults, self.device):  # the snapshots inside: its exit restores the defaults
+                before = ambient_snapshot(self.device) if self.calls is not None else None
+                impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
+                if before is not None:
+                    self.calls.ambient_kept(f"construction max_M={max_M} N={N} K={K}"
+                                            + (f" [{defaults} defaults]" if defaults else ""), before, self.device,
+                                            call=False)
             self.paths_agree(impl, f"instance max_M={max_M} N={N} K={K} on group {list(self.tp.members)}")
         return impl
 
@@ -191,8 +196,8 @@ class RankContext:
 
     def held_impls(self, *, besides: tuple[int, ...] | None = None) -> dict[str, object]:
         """label -> every long-lived instance this rank holds, on any group but ``besides`` (members)."""
-        return {f"instance group={list(g)} max_M={m} N={n} K={k}": impl
-                for (g, m, n, k), impl in self._impls.items() if g != besides}
+        return {f"instance group={list(g)} max_M={m} N={n} K={k}" + (f" built under {d} defaults" if d else ""): impl
+                for (g, m, n, k, d), impl in self._impls.items() if g != besides}
 
     def close(self) -> None:
         """Close every held instance, in the order of their keys: closing is collective on an instance's group,
