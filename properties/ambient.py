@@ -30,7 +30,8 @@ _TINY = 2.0**-140  # subnormal in fp32: a thread that flushes subnormals to zero
 
 
 def _flushes_subnormals() -> bool:
-    return (torch.tensor([_TINY], dtype=torch.float32) * 1.0).item() == 0.0
+    # on the host whatever the default device (a snapshot may be taken inside the caller's torch.device context)
+    return (torch.tensor([_TINY], dtype=torch.float32, device="cpu") * 1.0).item() == 0.0
 
 
 def _cuda_index(device) -> int | None:

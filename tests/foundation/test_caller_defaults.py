@@ -59,3 +59,15 @@ def test_a_default_dtype_changed_under_the_engine_s_defaults_is_caught_and_set_b
     (leak,) = failed_checks(checks, "ambient_state_kept")  # the snapshots are taken inside the defaults
     assert "torch.bfloat16 -> torch.float32" in leak.detail, leak.detail
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_snapshot_inside_another_default_device_reads_the_host_s_state():
+    # the flush-to-zero probe makes a tensor: under an engine's default device it must still be the host's
+    from properties.ambient import ambient_changes, ambient_snapshot
+
+    before = ambient_snapshot()
+    with torch.device("meta"):  # (a device where nothing can be read back: a probe made there would raise)
+        inside = ambient_snapshot()
+    after = ambient_snapshot()
+    key = "flush subnormals to zero"
+    assert inside[key] == before[key] and ambient_changes(before, after) == []
