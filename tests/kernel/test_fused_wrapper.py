@@ -907,3 +907,17 @@ def test_the_launch_stream_is_the_current_streams_raw_handle(monkeypatch):
     assert wrapper_mod.current_stream_handle(torch.device("cuda")) == 77 and asked == [1]
     monkeypatch.setattr(wrapper_mod, "_RAW_STREAM", None)
     assert wrapper_mod.current_stream_handle(torch.device("cuda", 1)) == 77
+
+
+def test_a_protocol_entry_naming_no_protocol_or_an_unknown_one_is_rejected(tmp_path):
+    import json
+
+    from kernel.fused.crossover import load_protocols
+
+    path = tmp_path / "crossover.json"
+    for by_m in ({}, {"128": "pull", "4096": "ring"}):
+        path.write_text(json.dumps({"protocols": [{"N": 64, "K": 64, "W": 2, "by_m": by_m}]}))
+        with pytest.raises(ValueError, match="names no protocol or unknown ones"):
+            load_protocols(str(path))
+    path.write_text(json.dumps({"protocols": [{"N": 64, "K": 64, "W": 2, "by_m": {"1": "pull", "4096": "push"}}]}))
+    assert load_protocols(str(path))[0]["by_m"] == {"1": "pull", "4096": "push"}
