@@ -91,6 +91,29 @@ def test_correct_implementation_passes_and_one_flipped_bit_fails():
     assert f"the token of row {a} at M = 129 is row {b} at M = 256, 1 of 256 elements differ" in res.render()
 
 
+def test_a_nan_is_a_nan_whatever_its_bits_but_not_a_number_nor_an_infinity():
+    # torch's CPU GEMM gave one NaN element of a token other bits at M = 1 than at M = 127 (the 29th session's CI)
+    inv, y_a, y_b = _unfused(129, 256)
+    a, b = inv.row_map.rows_a[0], inv.row_map.rows_b[0]
+    y_a, y_b = y_a.clone(), y_b.clone()
+    y_a.view(torch.int16)[a, 3] = 0x7FC0  # the quiet NaN
+    y_b.view(torch.int16)[b, 3] = -0x40  # 0xFFC0: its sign bit set
+    y_a.view(torch.int16)[a, 5] = 0x7FC0  # the quiet NaN
+    y_b.view(torch.int16)[b, 5] = 0x7FC1  # another payload
+    assert y_a.view(torch.int16)[a, 3] != y_b.view(torch.int16)[b, 3]
+    ok = batch_invariant(y_a, y_b, inv.row_map, rank=0, world_size=1)
+    assert ok.passed, ok.render()
+    for value in (1.0, float("inf")):  # a NaN against a number, or against an infinity: a different result
+        other = y_b.clone()
+        other[b, 3] = value
+        res = batch_invariant(y_a, other, inv.row_map, rank=0, world_size=1)
+        assert not res.passed and res.n_wrong == 1 and res.worst_index == (b, 3), res.render()
+    infs = y_b.clone()
+    y_inf = y_a.clone()
+    y_inf[a, 7], infs[b, 7] = float("inf"), -float("inf")
+    assert not batch_invariant(y_inf, infs, inv.row_map, rank=0, world_size=1).passed
+
+
 def test_gathered_results_check_every_pair():
     inv, y_a, y_b = _unfused(300, 77)
     res = batch_invariant(y_a, y_b, inv.row_map)  # rank=None: gathered
