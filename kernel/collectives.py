@@ -40,7 +40,7 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group=None, staging=Non
         host_in, host_out = staging if staging is not None else (None, None)
         host_in = inp.cpu() if host_in is None else host_in.view(-1)[: inp.numel()].view_as(inp).copy_(inp)
         host_out = (
-            torch.empty(out.shape, dtype=out.dtype)
+            torch.empty(out.shape, dtype=out.dtype, device="cpu")
             if host_out is None
             else host_out.view(-1)[: out.numel()].view_as(out)
         )

@@ -21,7 +21,7 @@ GUARD_ROWS = 2
 
 def guard_words(n: int, device) -> torch.Tensor:
     """A fixed, irregular int16 pattern for red zones (not a plausible bf16 result row)."""
-    idx = torch.arange(n, dtype=torch.int32)
+    idx = torch.arange(n, dtype=torch.int32, device="cpu")
     return ((idx * 40503 + 12345) % 65536 - 32768).to(torch.int16).to(device)
 
 
@@ -80,10 +80,13 @@ class UnfusedGemmRs(GemmRsImplementation):
         self._shard = torch.empty(s_max, self.N, dtype=torch.bfloat16, device=self.device)
         self._staging = None
         if collectives.needs_host_staging(group, self.device):
+            # On the host by name: an engine builds its layers under ``torch.device(cuda)`` (CONTRACT "Caller's
+            # tensor defaults"), and a default device would put them on the GPU ("Only dense CPU tensors can be
+            # pinned": the 30th session's fused-less gate on one GPU, every engine-defaults case).
             pin = torch.cuda.is_available()
             self._staging = (
-                torch.empty(rows, self.N, dtype=torch.bfloat16, pin_memory=pin),
-                torch.empty(s_max, self.N, dtype=torch.bfloat16, pin_memory=pin),
+                torch.empty(rows, self.N, dtype=torch.bfloat16, device="cpu", pin_memory=pin),
+                torch.empty(s_max, self.N, dtype=torch.bfloat16, device="cpu", pin_memory=pin),
             )
         waived = {}
         if not collectives.is_capturable(group, self.device):

@@ -581,6 +581,25 @@ class FlagWordsInDefaultDtype(UnfusedGemmRs):
         return super()._run(x, w, out, M)
 
 
+class StagingOnDefaultDevice(UnfusedGemmRs):
+    """The host staging of a device-tensor reduce-scatter over gloo allocated without naming the host
+    (``torch.empty(..., pin_memory=True)``): where the default device is the host -- every process that keeps torch's
+    default -- it is pinned host memory; built inside an engine's ``torch.device("cuda")`` (vLLM constructs its layers
+    so) it is a GPU tensor, and pinning raises "Only dense CPU tensors can be pinned". The unfused path itself shipped
+    this until the 30th session: the gate's engine-defaults cases found it on the first GPU run (one H100). GPU only
+    (the CPU has no staging: ``GPU_NIGHTLY_CATALOGUE``); the lint tests/foundation/test_factories_name_device.py finds
+    it in kernel/ on the CPU."""
+
+    name = "mutant-staging-on-default-device"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        if self._staging is not None:
+            host_in, host_out = self._staging
+            self._staging = (torch.empty(host_in.shape, dtype=torch.bfloat16, pin_memory=True),  # the bug: no device
+                             torch.empty(host_out.shape, dtype=torch.bfloat16, pin_memory=True))
+
+
 class NondeterministicReduction(UnfusedGemmRs):
     """Bitwise nondeterminism: the cross-rank reduction differs from call to call (an autotuner or a
     timing-dependent path switching between a bf16 reduce of rounded partials and an fp32 reduce), so
@@ -1539,4 +1558,5 @@ class OffsetWraps32(UnfusedGemmRs):
 #: ``python -m fuzz.repro --impl mutants.catalogue:OffsetWraps32 --topology shared-gpu --world-size 1 --case ...``
 GPU_NIGHTLY_CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("OffsetWraps32", (1, 2), ("within_tolerance", "bitwise_equal")),
+    MutantSpec("StagingOnDefaultDevice", (2,), ("call_raised",)),
 )

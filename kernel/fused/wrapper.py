@@ -775,7 +775,7 @@ class FusedGemmRs(GemmRsImplementation):
             return
         self._group_quiet()
         follows_calls = [EPOCH_WORD] + list(range(DONE_BASE, DONE_BASE + self.world_size))
-        idx = torch.tensor(follows_calls, device=flags.device)
+        idx = torch.tensor(follows_calls, dtype=torch.int64, device=flags.device)
         flags[idx] = _advanced_epochs(flags[idx], calls, keep_zero=False)
         if self._workspace is not None:
             ready = flags[READY_BASE:]

@@ -76,4 +76,4 @@ def test_drawn_cases_cross_the_limits_and_the_mutant_is_listed_for_the_gpu():
     draw()
     assert all(c.max_M * c.N * 2 > 2**32 or c.max_M * c.N * 2 > 2**31 for c in seen)
     assert any(c.max_M * c.N * 2 > 2**32 for c in seen) and all(c.ms == [c.max_M] and c.max_M % 2 == 0 for c in seen)
-    assert [s.name for s in GPU_NIGHTLY_CATALOGUE] == ["OffsetWraps32"]
+    assert [s.name for s in GPU_NIGHTLY_CATALOGUE] == ["OffsetWraps32", "StagingOnDefaultDevice"]
