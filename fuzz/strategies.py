@@ -229,13 +229,16 @@ def smallest_shape_cases(world_size: int, topology: str = "cpu", aligned: bool =
     """The fixed smallest-shape cases, (1, K0), (N0, 1) and (1, 1) with (N0, K0) the machine's first listed shape:
     the whole world, ``out=`` a guarded sentinel buffer (for (1, 1): no ``out``, the result allocated by the call),
     exact, non-finite and gaussian inputs. A shape the implementation does not declare stays as it is: it must then
-    be rejected with a typed error or take the fallback per can_run (the families' support check)."""
+    be rejected with a typed error or take the fallback per can_run (the families' support check). (1, 1) is built
+    and called under an engine's tensor defaults (``Case.defaults``): a fallback made at its first call is made
+    there, as in an engine (the drawn cases' first examples keep the process's defaults)."""
     N0, K0 = SHAPES[machine(topology)][0]
     ms = smallest_shape_ms(world_size, aligned)
     kinds = ["exact", "nonfinite", "gaussian"]
     return [Case("compute", SMALLEST_SEED + i, N, K, SMALLEST_MAX_M, list(ms), "exact", out, repeat=1,
-                 kinds=list(kinds))
-            for i, (N, K, out) in enumerate(((1, K0, "guarded"), (N0, 1, "guarded"), (1, 1, "none")))]
+                 kinds=list(kinds), defaults=defaults)
+            for i, (N, K, out, defaults) in enumerate(((1, K0, "guarded", None), (N0, 1, "guarded", None),
+                                                       (1, 1, "none", "engine")))]
 
 
 #: Model sizes in every run, on every topology (23rd session): the cpu draw's N and K stay at 320 and below (the
@@ -337,9 +340,9 @@ def shapes(draw, topology: str, supports: Callable[[int, int], Eligibility] | No
 #: ``torch.inference_mode()``, ``torch.no_grad()`` and grad enabled in turn (``fuzz.families.calls.AUTOGRAD_MODES``);
 #: None first, so a failure shrinks to the caller's own mode where the modes do not matter.
 AUTOGRAD_DRAWS = (None, "rotate")
-#: The compute cases' caller defaults (``Case.defaults``): the process's own, or an engine's -- bf16 as the default
-#: dtype, the implementation's device as the default device (``fuzz.families.calls.caller_defaults``) -- around the
-#: case's constructions (its own instance: built under them) and eager calls; None first.
+#: The compute and dispatch cases' caller defaults (``Case.defaults``): the process's own, or an engine's -- bf16 as
+#: the default dtype, the implementation's device as the default device (``fuzz.families.calls.caller_defaults``) --
+#: around the case's constructions (its own instance: built under them) and eager calls; None first.
 DEFAULTS_DRAWS = (None, "engine")
 
 
@@ -426,9 +429,13 @@ def _near_case(draw, family: str, favoured, *, max_size: int, outs: tuple[str, .
 @st.composite
 def dispatch_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
                    supports: Callable[[int, int], Eligibility] | None = None) -> Case:
-    """A layer dispatching on should_run / can_run, M alternating across the threshold."""
-    return _near_case(draw, "dispatch", DISPATCH_MS, max_size=3, outs=("none",), world_size=world_size,
+    """A layer dispatching on should_run / can_run, M alternating across the threshold; its eager calls (and the
+    case's instance) under the caller's defaults or an engine's (``Case.defaults``, drawn last): the side an
+    implementation falls back on is often built at its first call there (the fused kernel's unfused fallback is)."""
+    case = _near_case(draw, "dispatch", DISPATCH_MS, max_size=3, outs=("none",), world_size=world_size,
                       topology=topology, max_M=max_M, supports=supports)
+    case.defaults = draw(st.sampled_from(DEFAULTS_DRAWS))
+    return case
 
 
 @st.composite

@@ -196,6 +196,8 @@ def test_smallest_shape_cases_reach_n_1_and_k_1_with_and_without_out():
         assert [(c.N, c.K) for c in cases][1:] == [(SHAPES["cpu" if topology == "cpu" else "gpu"][0][0], 1), (1, 1)]
         assert cases[0].N == 1 and {c.out for c in cases} == {"guarded", "none"}
         assert all(c.kinds == ["exact", "nonfinite", "gaussian"] and c.ms == [9, 1, 5] for c in cases)
+        # (1, 1) under an engine's defaults: a fallback built at the first call is built there
+        assert [c.defaults for c in cases] == [None, None, "engine"]
     # the draw never reaches them: N and K start at 2
     assert all(lo >= 2 for ranges in TAIL_RANGES.values() for lo, _ in ranges)
     assert smallest_shape_ms(4, aligned=True) == [8, 4, 12]
