@@ -212,6 +212,29 @@ def late_rank_cases(world_size: int, topology: str = "cpu", supports: Callable[[
                  late_rank=world_size - 1, delay_ms=LATE_RANK_DELAY_MS)]
 
 
+#: The fixed whole-world dispatch case (30th session): the drawn dispatch cases are few in a ci run and draw TP
+#: layouts, so a run's every one could land on groups of one rank, where ranks cannot disagree (seen: a shifted draw
+#: let ``ShouldRunOnLocalRows`` -- ranks answering should_run from their own rows -- pass a ci run).
+DISPATCH_FIXED_SEED, DISPATCH_FIXED_MAX_M = 9900, 512
+
+
+def dispatch_crossover_cases(world_size: int, topology: str = "cpu",
+                             supports: Callable[[int, int], Eligibility] | None = None,
+                             aligned: bool = False) -> list[Case]:
+    """The fixed dispatch case: the layer on the whole world, M = 1, 2W + 1 and the contract's default threshold's
+    neighbours 127, 128, 129 (multiples of W for an implementation that waives unaligned M; the family adds both
+    sides of every rank's own crossover), exact inputs, on the machine's first listed shape (moved to the nearest
+    supported one), under an engine's tensor defaults (a fallback made at its first call is made there)."""
+    m = machine(topology)
+    N, K = supported_shape(supports or all_shapes, *SHAPES[m][0], m)
+    W = world_size
+    ms = [1, 2 * W + 1, 127, 128, 129]
+    if aligned:
+        ms = list(dict.fromkeys(max(W, -(-M // W) * W) for M in ms))
+    return [Case("dispatch", DISPATCH_FIXED_SEED, N, K, DISPATCH_FIXED_MAX_M, ms, "exact", "none", repeat=1,
+                 defaults="engine")]
+
+
 #: The smallest shapes (N = 1, K = 1, both), each beside the machine's first listed shape: a (1, K) weight, an
 #: (M, 1) x and an (S, 1) result are where a GEMV fast path, a squeeze or a 16-byte row assumption breaks; the draw
 #: never reaches them (TAIL_RANGES start at 2 for the bad-call table's layout entries).

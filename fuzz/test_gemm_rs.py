@@ -28,6 +28,7 @@ from fuzz.strategies import (
     declared_paths,
     declared_support,
     declared_waiver,
+    dispatch_crossover_cases,
     graph_cases,
     late_rank_cases,
     layer_cases,
@@ -111,6 +112,16 @@ def test_model_shapes(pool):
     that waives unaligned M), exact, small and gaussian inputs, ``out=`` guarded (the last: none). Fixed cases;
     each failure prints its REPRO line; an undeclared shape is held to the support clause."""
     for case in model_shape_cases(pool.spec.world_size, aligned=_aligned(pool)):
+        check_case(pool, case)
+
+
+def test_dispatch_crossover(pool):
+    """A layer dispatching on should_run / can_run on the whole world, M across the default threshold and every
+    rank's own crossover: the ranks agree on each answer and the crossover, both sides give the same shard, under an
+    engine's tensor defaults. The drawn dispatch cases draw TP layouts and are few in a run; this one always puts
+    the whole world's ranks in one layer. A fixed case; its failure prints its REPRO line."""
+    world_size, topology = _where(pool)
+    for case in dispatch_crossover_cases(world_size, topology, supports=_supports(pool), aligned=_aligned(pool)):
         check_case(pool, case)
 
 

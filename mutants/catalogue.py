@@ -1168,7 +1168,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("CollectiveOnWorldGroup", (2,), ("within_tolerance", "hang")),
     MutantSpec("CapacityAtClassLevel", (2,), ("call_raised",)),
     MutantSpec("ThresholdAtClassLevel", (2,), ("should_run_stable",)),
-    MutantSpec("ShouldRunOnLocalRows", (2,), ("dispatch_agrees_across_ranks",)),
+    MutantSpec("ShouldRunOnLocalRows", (2,), ("dispatch_agrees_across_ranks",), tests=("test_dispatch_crossover",)),
     MutantSpec("PathByLocalRows", (2,), ("kernel_paths_agree_across_ranks",)),
     # memory (18th session): results right, memory kept per M or per call
     MutantSpec("WorkspacePerM", (2,), ("memory_bounded",)),
