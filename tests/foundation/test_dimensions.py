@@ -79,6 +79,15 @@ def test_dispatch_agrees_across_ranks_fails_when_one_rank_differs():
     assert not res.passed and "rank 1: (False, True)" in res.detail
 
 
+def test_agreement_of_a_group_of_one_rank_is_skipped_not_passed():
+    """No peer, nothing to disagree with: the check cannot fail, so it is no pass (a ci run once made every one of
+    its dispatch agreement checks on TP groups of one rank and passed a should_run that disagreed across ranks)."""
+    for check in (dispatch_agrees_across_ranks, kernel_paths_agree_across_ranks):
+        res = check({3: (True, False)}, what="M=127", rank=3)
+        assert res.skipped and not res.passed and res.rank == 3 and "no peer" in res.detail, res
+        assert res.extra.get("per_example")
+        assert not check({}, what="M=1").passed
+
 
 def test_kernel_paths_agree_across_ranks_names_the_first_m_where_ranks_run_other_kernels():
     """The W = 8 trap of the 13th session as tables: ranks 6 and 7 without the clustered configs run another
