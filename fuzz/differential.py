@@ -79,7 +79,9 @@ def compare(results: dict[str, list]) -> dict:
         for a, b in pairs:
             if a not in digests or b not in digests:
                 continue
-            for key in digests[a].keys() & digests[b].keys():
+            # in the order the calls were made (a set's order follows the string hash: it changed from process to
+            # process, and so did the order the disagreements were named in)
+            for key in (key for key in digests[a] if key in digests[b]):
                 (kind, da), (_, db) = digests[a][key], digests[b][key]
                 same = da == db
                 bucket = ("exact_" if kind == "exact" else "other_") + ("same" if same else "differ")
