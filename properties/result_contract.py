@@ -97,7 +97,7 @@ def fresh_padding_zero(y: torch.Tensor, n_valid: int, *, rank=None, row_offset=0
                        name="fresh_padding_zero") -> CheckResult:
     """Rows ``n_valid:`` of a fresh result (out=None) are +0.0, bit for bit (the oracle's padding rows)."""
     res = padded_rows_untouched(y, torch.zeros_like(y), n_valid, rank=rank, row_offset=row_offset, name=name)
-    if not res.passed:
+    if not res.passed and not res.skipped:
         res.detail = "a fresh result's padding rows must hold +0.0 bit for bit, as the oracle's do"
     return res
 

@@ -19,6 +19,11 @@ EXPECTED = expected_checks("cpu")
 GPU_ONLY = {"capacity_rejected_in_capture"}  # (the other CUDA-only checks' families skip whole on the CPU)
 
 
+def _full_shard(check: dict) -> bool:
+    """A padding check skipped on a rank whose shard is full (no padding rows there: nothing that could differ)."""
+    return "no padding rows on this rank" in check["detail"]
+
+
 def test_every_family_runs_every_property_on_cpu():
     pool = RankPool(PoolSpec(impl="unfused", world_size=3))
     base = dict(seed=3, N=64, K=64, max_M=512)
@@ -40,8 +45,8 @@ def test_every_family_runs_every_property_on_cpu():
             seen |= {c["name"] for _, c in report.checks() if c["passed"]}  # made, not only skipped
             skipped_only |= {c["name"] for c in report.skipped_checks()}
             if case.family == "capacity":  # no capture on the CPU: skipped with the reason, never passed
-                assert {(c["name"], "no CUDA graphs" in c["detail"]) for c in report.skipped_checks()} == \
-                    {("capacity_rejected_in_capture", True)}
+                assert {(c["name"], "no CUDA graphs" in c["detail"]) for c in report.skipped_checks()
+                        if not _full_shard(c)} == {("capacity_rejected_in_capture", True)}
             bads |= {c["extra"].get("bad") for _, c in report.checks() if c["extra"].get("bad")}
         graph = pool.run(Case("graph", ms=[5], **base))
     finally:
@@ -86,7 +91,7 @@ def test_unaligned_m_waiver_skips_only_the_unaligned_calls():
     assert {c["extra"]["M"] for _, c in bad.checks() if c["name"] == "bad_call_rejected"} == {4}
     assert over.passed, over.render()
     assert report.passed, report.render()
-    assert [c["name"] for c in report.skipped_checks()] == ["unaligned_m"] * 2
+    assert [c["name"] for c in report.skipped_checks() if not _full_shard(c)] == ["unaligned_m"] * 2
     assert {c["extra"]["M"] for _, c in report.checks() if c["name"] == "within_tolerance"} == {128}
 
 

@@ -44,10 +44,15 @@ def test_windows_hold_each_boundary_row_of_the_output_and_the_workspace():
     assert all(0 <= a < b <= 600 for a, b in windows)
 
 
+def _full_shard(check) -> bool:
+    """M = max_M, even, at W = 2: every shard full, so the padding checks are skipped (nothing could differ)."""
+    return check.skipped and "no padding rows" in check.detail
+
+
 def test_the_correct_implementation_passes_at_the_boundaries():
     for kind in ("exact", "gaussian"):
         checks = _run(UnfusedGemmRs, _case(kind))
-        assert checks and all(c.passed for c in checks), [c.render() for c in checks if not c.passed]
+        assert checks and all(c.passed or _full_shard(c) for c in checks), [c.render() for c in checks if not c.passed]
         assert sum(c.name == "within_tolerance" for c in checks) >= 3
 
 
@@ -56,7 +61,7 @@ def test_a_wrapped_32_bit_offset_fails_the_rows_past_the_boundary():
         failed = [c for c in _run(SmallWrap, _case(kind)) if not c.passed and not c.skipped]
         assert failed and {c.name for c in failed} <= {"within_tolerance", "bitwise_equal"}
     below = _run(SmallWrap, _case("gaussian", M=500))  # 64000 bytes: below the wrap, nothing wrong
-    assert all(c.passed for c in below)
+    assert all(c.passed or _full_shard(c) for c in below)
 
 
 def test_a_typed_rejection_is_a_clean_answer():
