@@ -159,16 +159,13 @@ class CaseCalls:
         seen = OpsSeen() if signature else None
         # the snapshots inside the mode's context: its exit restores grad mode, which would hide a call's leak of it
         with AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext(), \
-                caller_defaults(self.defaults if not captured else None, impl.device):
-            ambient = ambient_snapshot(impl.device) if not captured else None
+                self.as_the_caller(f"{tag} (M={M})", impl.device) if not captured else contextlib.nullcontext():
             try:
                 with seen if seen is not None else contextlib.nullcontext():
                     y = impl(x, w, out=out)
             except Exception as exc:
                 self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
                 raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
-            if ambient is not None:
-                self.ambient_kept(f"{tag} (M={M})", ambient, impl.device)
         if watched is not None:
             self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched)))
         contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)
@@ -191,6 +188,18 @@ class CaseCalls:
         if hold and not captured:
             self._held.append((f"{tag} (M={M})", y, y.detach().clone()))
         return y
+
+    @contextlib.contextmanager
+    def as_the_caller(self, label: str, device, *, call: bool = True):
+        """The implementation's eager call (``call=False``: its construction) ``label`` as the case's caller makes
+        it: under the case's tensor defaults (:func:`caller_defaults`), the caller's process snapshotted inside them
+        (their exit restores the defaults, which would hide a leak of one), what it changed noted for
+        ``ambient_state_kept`` when it returns (:meth:`ambient_kept`; not when it raises: ``call_raised`` judges
+        that)."""
+        with caller_defaults(self.defaults, device):
+            before = ambient_snapshot(device)
+            yield
+            self.ambient_kept(label, before, device, call=call)
 
     def ambient_kept(self, label: str, before, device, *, call: bool = True) -> None:
         """Note for ``ambient_state_kept`` what the call (``call=False``: the construction) ``label`` changed of the

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 import torch
 
 from oracle import make_w, make_x, reference_gemm_rs, seeded_shard_truth
-from properties.ambient import ambient_snapshot
 from properties.dispatch import kernel_paths_agree_across_ranks
 
 from .. import phases
 from ..case import Case
 from ..layouts import Layout, check_layout, replica_seed
-from .calls import CaseCalls, caller_defaults, raised_by_call
+from .calls import CaseCalls, raised_by_call
 
 
 @dataclass(frozen=True)
@@ -163,14 +162,13 @@ class RankContext:
         compared across the group's ranks (:meth:`paths_agree`); what the construction changed of the caller's
         process noted for ``ambient_state_kept`` (:meth:`CaseCalls.ambient_kept`)."""
         with phases.phase("construct"):
-            defaults = self.calls.defaults if self.calls is not None else None
-            with caller_defaults(defaults, self.device):  # the snapshots inside: its exit restores the defaults
-                before = ambient_snapshot(self.device) if self.calls is not None else None
+            if self.calls is None:
                 impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
-                if before is not None:
-                    self.calls.ambient_kept(f"construction max_M={max_M} N={N} K={K}"
-                                            + (f" [{defaults} defaults]" if defaults else ""), before, self.device,
-                                            call=False)
+            else:
+                defaults = self.calls.defaults
+                label = f"construction max_M={max_M} N={N} K={K}" + (f" [{defaults} defaults]" if defaults else "")
+                with self.calls.as_the_caller(label, self.device, call=False):
+                    impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
             self.paths_agree(impl, f"instance max_M={max_M} N={N} K={K} on group {list(self.tp.members)}")
         return impl
 
