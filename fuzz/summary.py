@@ -74,24 +74,30 @@ def junit_failures(out_dir: str) -> list[dict]:
 
 def path_mix(cases: list[dict]) -> list[dict]:
     """Per implementation: which path its calls ran (``path_taken`` checks, every rank's every call),
-    legitimate fallbacks by reason, and calls whose path was not the one the contract says serves them."""
+    legitimate fallbacks by reason, and calls whose path was not the one the contract says serves them; and which
+    paths the calls of cases under an engine's tensor defaults (``Case.defaults``) ran: a path none of them reached
+    was never built or run there (the 30th session's unfused staging bug hid on such a path)."""
     by: dict[str, dict] = {}
     for row in cases:
         mix = by.setdefault(row["impl"], {"calls": 0, "paths": Counter(), "fallbacks": Counter(), "unexpected": 0,
-                                          "cases_without_path": 0})
+                                          "cases_without_path": 0, "engine_defaults": Counter()})
         calls = [c for per_rank in row.get("paths", {}).values() for c in per_rank]
         if not calls and Status(row["status"]) == Status.PASSED:
             mix["cases_without_path"] += 1
+        engine = (row.get("case") or {}).get("defaults") == "engine"
         for c in calls:
             mix["calls"] += 1
             mix["paths"][str(c.get("path"))] += 1
+            if engine:
+                mix["engine_defaults"][str(c.get("path"))] += 1
             if c.get("path") != c.get("expected"):
                 mix["unexpected"] += 1
             elif c.get("reason"):
                 mix["fallbacks"][f"{c.get('path')}: {_generic(c['reason'])}"] += 1
     return [{"impl": impl, "calls": m["calls"], "paths": dict(m["paths"].most_common()),
              "fallbacks": [{"reason": r, "count": n} for r, n in m["fallbacks"].most_common()],
-             "unexpected": m["unexpected"], "cases_without_path": m["cases_without_path"]}
+             "unexpected": m["unexpected"], "cases_without_path": m["cases_without_path"],
+             "engine_defaults": dict(m["engine_defaults"].most_common())}
             for impl, m in sorted(by.items())]
 
 
@@ -114,6 +120,12 @@ def render_path_mix(m: dict) -> str:
         text += f"; {m['unexpected']} call(s) ran a path the contract says does not serve them (path_taken failed)"
     if m["cases_without_path"]:
         text += f"; {m['cases_without_path']} passed case(s) recorded no path"
+    engine = m.get("engine_defaults") or {}
+    if engine:
+        text += "; in cases under an engine's tensor defaults: " + ", ".join(f"{n} {p}" for p, n in engine.items())
+        never = [p for p in m["paths"] if p not in engine]
+        if never:
+            text += f" (never the {', '.join(never)} path there)"
     return text
 
 

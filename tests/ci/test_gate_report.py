@@ -150,6 +150,24 @@ def test_the_header_shows_each_implementation_s_path_mix_with_legitimate_fallbac
     assert s["verdict"] == "PASS"
 
 
+def test_the_paths_taken_under_an_engine_s_defaults_are_shown_and_a_path_never_taken_there_is_named(tmp_path):
+    engine = {"family": "compute", "seed": 1, "N": 64, "K": 64, "max_M": 256, "ms": [7], "kind": "exact",
+              "defaults": "engine"}
+    rows = [_row(impl="fused", paths=_paths(("fused", "fused", ""))),
+            _row(impl="fused", paths=_paths(("unfused", "unfused", "N=1 is not supported"))),
+            _row(impl="fused", paths=_paths(("fused", "fused", "")), case=engine)]
+    _write(tmp_path, rows)
+    (m,) = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")["paths"]
+    assert m["engine_defaults"] == {"fused": 2}
+    md = (tmp_path / "summary.md").read_text()
+    assert "in cases under an engine's tensor defaults: 2 fused (never the unfused path there)" in md
+    rows.append(_row(impl="fused", paths=_paths(("unfused", "unfused", "N=1 is not supported")), case=engine))
+    _write(tmp_path, rows)
+    (m,) = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")["paths"]
+    assert m["engine_defaults"] == {"fused": 2, "unfused": 2}
+    assert "never the" not in (tmp_path / "summary.md").read_text()
+
+
 def test_a_silent_fallback_and_a_case_without_a_path_are_called_out(tmp_path):
     # counted: the passed case without a path only -- not those with one, not a failed case without one
     _write(tmp_path, [_row(impl="fused", paths=_paths(("unfused", "fused", ""))), _row(impl="fused"),
