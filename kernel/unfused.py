@@ -82,7 +82,7 @@ class UnfusedGemmRs(GemmRsImplementation):
         if collectives.needs_host_staging(group, self.device):
             # On the host by name: an engine builds its layers under ``torch.device(cuda)`` (CONTRACT "Caller's
             # tensor defaults"), and a default device would put them on the GPU ("Only dense CPU tensors can be
-            # pinned": the 30th session's fused-less gate on one GPU, every engine-defaults case).
+            # pinned": the 30th session's unfused gate on one H100, every engine-defaults case).
             pin = torch.cuda.is_available()
             self._staging = (
                 torch.empty(rows, self.N, dtype=torch.bfloat16, device="cpu", pin_memory=pin),

@@ -26,21 +26,23 @@ from .exact import bitwise_equal
 from .result import CheckResult, skipped
 
 
-def _one_rank(answers: dict, name: str, what: str, rank) -> CheckResult | None:
-    """Skipped where the group has fewer than two ranks: agreement with no peer cannot fail, so it is not a pass (a
-    ci run's drawn dispatch cases once all landed on TP groups of one rank, and a should_run that disagreed across
-    ranks passed the run: the 30th session's ``ShouldRunOnLocalRows``)."""
-    if len(answers) >= 2:
+def _fewer_than_two(answers: dict, name: str, what: str, rank) -> CheckResult | None:
+    """Skipped where the group is one rank: agreement with no peer cannot fail, so it is not a pass (a ci run's drawn
+    dispatch cases once all landed on TP groups of one rank, and a should_run that disagreed across ranks passed the
+    run: the 30th session's ``ShouldRunOnLocalRows``). No answer at all is the harness's failure, not a skip."""
+    if not answers:
+        return CheckResult(name=name, passed=False, rank=rank, detail=f"{what}: no rank's answer was gathered")
+    if len(answers) > 1:
         return None
-    return skipped(name, f"{what}: a group of {len(answers)} rank(s) {sorted(answers)}: no peer to disagree with",
-                   rank=rank, per_example=True)
+    return skipped(name, f"{what}: a group of one rank ({next(iter(answers))}): no peer to disagree with", rank=rank,
+                   per_example=True)
 
 
 def dispatch_agrees_across_ranks(answers: dict[int, object], *, what: str, rank=None,
                                  name="dispatch_agrees_across_ranks") -> CheckResult:
     """``answers``: group rank -> the answer it gave for the same question ``what`` (e.g. "should_run at
     M=127"). Passes iff every rank gave the same; skipped for a group of one rank."""
-    alone = _one_rank(answers, name, what, rank)
+    alone = _fewer_than_two(answers, name, what, rank)
     if alone is not None:
         return alone
     distinct = sorted({repr(a) for a in answers.values()})
@@ -61,7 +63,7 @@ def kernel_paths_agree_across_ranks(tables: dict[int, object], *, what: str, ran
     differ and which rank runs what there: ranks that run different kernels for one call wait for each other's
     signals forever (a hang, or a kernel's spin-timeout trap) -- this says so at construction, for every M,
     before any call. Skipped for a group of one rank."""
-    alone = _one_rank(tables, name, what, rank)
+    alone = _fewer_than_two(tables, name, what, rank)
     if alone is not None:
         return alone
     if len({repr(t) for t in tables.values()}) == 1:
