@@ -69,6 +69,25 @@ class UnfusedGemmRs(GemmRsImplementation):
 
     def __init__(self, group=None, *, max_M: int, N: int, K: int, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        # Normal tensors whatever mode it is built in: the fused kernel builds this fallback at the first call that
+        # needs it, and a server's warm-up calls under torch.inference_mode() -- its buffers were then inference
+        # tensors, and the next call outside that mode raised at their first in-place write (CONTRACT "Autograd
+        # modes"; found on the CPU in the 30th session).
+        with torch.inference_mode(False):
+            self._allocate()
+        waived = {}
+        if not collectives.is_capturable(group, self.device):
+            waived["graph_capture"] = (f"unfused over {collectives.backend_of(group)} on {self.device.type} "
+                                       "stages through the host; not capturable")
+        reason = batch_variance(self.device, self.K, self.world_size)
+        if reason:
+            waived["batch_invariant"] = reason
+        if waived:
+            self.waived_clauses = {**type(self).waived_clauses, **waived}
+
+    def _allocate(self) -> None:
+        """The workspace, its red zone, the shard and (a device tensor's reduce-scatter over gloo) the host
+        staging."""
         s_max = self.shard_rows(self.max_M)
         rows = self.world_size * s_max
         # Workspace for max_M, followed by GUARD_ROWS red-zone rows (a write past capacity shows there).
@@ -79,7 +98,7 @@ class UnfusedGemmRs(GemmRsImplementation):
         self._guard.view(-1).view(torch.int16).copy_(self._guard_expected)
         self._shard = torch.empty(s_max, self.N, dtype=torch.bfloat16, device=self.device)
         self._staging = None
-        if collectives.needs_host_staging(group, self.device):
+        if collectives.needs_host_staging(self.group, self.device):
             # On the host by name: an engine builds its layers under ``torch.device(cuda)`` (CONTRACT "Caller's
             # tensor defaults"), and a default device would put them on the GPU ("Only dense CPU tensors can be
             # pinned": the 30th session's unfused gate on one H100, every engine-defaults case).
@@ -88,15 +107,6 @@ class UnfusedGemmRs(GemmRsImplementation):
                 torch.empty(rows, self.N, dtype=torch.bfloat16, device="cpu", pin_memory=pin),
                 torch.empty(s_max, self.N, dtype=torch.bfloat16, device="cpu", pin_memory=pin),
             )
-        waived = {}
-        if not collectives.is_capturable(group, self.device):
-            waived["graph_capture"] = (f"unfused over {collectives.backend_of(group)} on {self.device.type} "
-                                       "stages through the host; not capturable")
-        reason = batch_variance(self.device, self.K, self.world_size)
-        if reason:
-            waived["batch_invariant"] = reason
-        if waived:
-            self.waived_clauses = {**type(self).waived_clauses, **waived}
 
     def state_tensors(self):
         return {"workspace": self._ws, "shard": self._shard}

@@ -7,6 +7,7 @@ finds it."""
 from __future__ import annotations
 
 import pytest
+import torch
 from _in_process import failed_checks, run_on_one_cpu_rank
 
 from fuzz.case import Case
@@ -33,6 +34,21 @@ def test_a_workspace_made_at_the_first_call_is_caught_by_the_rotation_only():
     assert bad and "inference tensor" in bad[0].detail and "[no_grad]" in bad[0].detail, [c.render() for c in rotated]
     plain = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], **BASE))
     assert not failed_checks(plain), [c.render() for c in failed_checks(plain)]
+
+
+@pytest.mark.parametrize("built_under", list(AUTOGRAD_MODES))
+def test_the_unfused_path_built_under_any_mode_serves_calls_in_every_mode(built_under):
+    """The fused kernel builds its unfused fallback at the first call that needs it -- under inference mode at a
+    server's warm-up: built there, its buffers were inference tensors and the next call outside that mode raised
+    ("Inplace update to inference tensor outside InferenceMode")."""
+    with AUTOGRAD_MODES[built_under]():
+        impl = UnfusedGemmRs(max_M=64, N=32, K=32, device="cpu")
+    assert not any(t.is_inference() for t in impl.state_tensors().values())
+    x, w = torch.randn(9, 32, dtype=torch.bfloat16), torch.randn(32, 32, dtype=torch.bfloat16)
+    want = torch.mm(x.float(), w.float().t()).bfloat16()
+    for mode in (*AUTOGRAD_MODES, *AUTOGRAD_MODES):
+        with AUTOGRAD_MODES[mode]():
+            assert torch.equal(impl(x, w), want), mode
 
 
 def test_the_setting_round_trips_and_old_cases_read_as_the_caller_s_mode():

@@ -198,6 +198,7 @@ def test_smallest_shape_cases_reach_n_1_and_k_1_with_and_without_out():
         assert all(c.kinds == ["exact", "nonfinite", "gaussian"] and c.ms == [9, 1, 5] for c in cases)
         # (1, 1) under an engine's defaults: a fallback built at the first call is built there
         assert [c.defaults for c in cases] == [None, None, "engine"]
+        assert [c.autograd for c in cases] == [None, None, "rotate"]  # and its first call under inference mode
     # the draw never reaches them: N and K start at 2
     assert all(lo >= 2 for ranges in TAIL_RANGES.values() for lo, _ in ranges)
     assert smallest_shape_ms(4, aligned=True) == [8, 4, 12]
