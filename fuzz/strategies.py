@@ -253,15 +253,16 @@ def smallest_shape_cases(world_size: int, topology: str = "cpu", aligned: bool =
     the whole world, ``out=`` a guarded sentinel buffer (for (1, 1): no ``out``, the result allocated by the call),
     exact, non-finite and gaussian inputs. A shape the implementation does not declare stays as it is: it must then
     be rejected with a typed error or take the fallback per can_run (the families' support check). (1, 1) is built
-    and called under an engine's tensor defaults (``Case.defaults``): a fallback made at its first call is made
-    there, as in an engine (the drawn cases' first examples keep the process's defaults)."""
+    and called under an engine's tensor defaults (``Case.defaults``), its calls under inference mode, no_grad and
+    grad in turn (``Case.autograd``): a fallback made at its first call is made there, as in an engine's warm-up
+    (the drawn cases' first examples keep the process's defaults and mode)."""
     N0, K0 = SHAPES[machine(topology)][0]
     ms = smallest_shape_ms(world_size, aligned)
     kinds = ["exact", "nonfinite", "gaussian"]
     return [Case("compute", SMALLEST_SEED + i, N, K, SMALLEST_MAX_M, list(ms), "exact", out, repeat=1,
-                 kinds=list(kinds), defaults=defaults)
-            for i, (N, K, out, defaults) in enumerate(((1, K0, "guarded", None), (N0, 1, "guarded", None),
-                                                       (1, 1, "none", "engine")))]
+                 kinds=list(kinds), defaults=engine and "engine", autograd=engine and "rotate")
+            for i, (N, K, out, engine) in enumerate(((1, K0, "guarded", None), (N0, 1, "guarded", None),
+                                                     (1, 1, "none", True)))]
 
 
 #: Model sizes in every run, on every topology (23rd session): the cpu draw's N and K stay at 320 and below (the
