@@ -563,6 +563,22 @@ class WorkspaceAllocatedAtFirstCall(UnfusedGemmRs):
         return super()._run(x, w, out, M)
 
 
+class FallbackBuiltAtFirstCall(UnfusedGemmRs):
+    """The buffers of the path for shapes the main kernel declines (N or K of 1: a GEMV) made at the first call that
+    takes it -- as the fused kernel builds its unfused fallback at the first call that needs it -- in that call's
+    autograd mode: after a warm-up under ``torch.inference_mode()`` they are inference tensors, and the next call
+    outside it raises. Every shape the draw gives (N, K >= 2) takes the path built at construction; the fixed (1, 1)
+    smallest-shape case, its modes rotated, reaches it in every run (the fused kernel's own fallback shipped this
+    until the 30th session)."""
+
+    name = "mutant-fallback-built-at-first-call"
+
+    def _run(self, x, w, out, M):
+        if min(self.N, self.K) == 1 and not getattr(self, "_fallback_made", False):
+            self._partials, self._fallback_made = torch.empty_like(self._partials), True  # the bug: in the call's mode
+        return super()._run(x, w, out, M)
+
+
 class FlagWordsInDefaultDtype(UnfusedGemmRs):
     """Flag words allocated with the default dtype and reinterpreted as int32 (``torch.zeros(W)`` where
     ``dtype=torch.int32`` was meant, then ``.view(torch.int32)``): 4-byte floats in every test of a process that keeps
@@ -1201,6 +1217,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("MatmulPrecisionSetAtConstruction", (2,), ("ambient_state_kept",)),
     # autograd modes (28th session): a lazily allocated workspace, an inference tensor after an inference-mode call
     MutantSpec("WorkspaceAllocatedAtFirstCall", (2,), ("call_raised",)),
+    MutantSpec("FallbackBuiltAtFirstCall", (2,), ("call_raised",), tests=("test_smallest_shapes",)),
     MutantSpec("FlagWordsInDefaultDtype", (2,), ("call_raised",)),
 )
 
