@@ -224,7 +224,7 @@ def dispatch_crossover_cases(world_size: int, topology: str = "cpu",
     """The fixed dispatch case: the layer on the whole world, M = 1, 2W + 1 and the contract's default threshold's
     neighbours 127, 128, 129 (multiples of W for an implementation that waives unaligned M; the family adds both
     sides of every rank's own crossover), exact inputs, on the machine's first listed shape (moved to the nearest
-    supported one), under an engine's tensor defaults (a fallback made at its first call is made there)."""
+    supported one), under an engine's tensor defaults (a fallback made at a call is made there)."""
     m = machine(topology)
     N, K = supported_shape(supports or all_shapes, *SHAPES[m][0], m)
     W = world_size
@@ -254,8 +254,8 @@ def smallest_shape_cases(world_size: int, topology: str = "cpu", aligned: bool =
     exact, non-finite and gaussian inputs. A shape the implementation does not declare stays as it is: it must then
     be rejected with a typed error or take the fallback per can_run (the families' support check). (1, 1) is built
     and called under an engine's tensor defaults (``Case.defaults``), its calls under inference mode, no_grad and
-    grad in turn (``Case.autograd``): a fallback made at its first call is made there, as in an engine's warm-up
-    (the drawn cases' first examples keep the process's defaults and mode)."""
+    grad in turn (``Case.autograd``): a fallback made at construction or at the first call that takes it is made
+    there, as in an engine (the drawn cases' first examples keep the process's defaults and mode)."""
     N0, K0 = SHAPES[machine(topology)][0]
     ms = smallest_shape_ms(world_size, aligned)
     kinds = ["exact", "nonfinite", "gaussian"]
@@ -455,7 +455,7 @@ def dispatch_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
                    supports: Callable[[int, int], Eligibility] | None = None) -> Case:
     """A layer dispatching on should_run / can_run, M alternating across the threshold; its eager calls (and the
     case's instance) under the caller's defaults or an engine's (``Case.defaults``, drawn last): the side an
-    implementation falls back on is often built at its first call there (the fused kernel's unfused fallback is)."""
+    implementation falls back on may be built at a call there (the fused kernel's, for a weight it declines)."""
     case = _near_case(draw, "dispatch", DISPATCH_MS, max_size=3, outs=("none",), world_size=world_size,
                       topology=topology, max_M=max_M, supports=supports)
     case.defaults = draw(st.sampled_from(DEFAULTS_DRAWS))

@@ -565,10 +565,10 @@ class WorkspaceAllocatedAtFirstCall(UnfusedGemmRs):
 
 class FallbackBuiltAtFirstCall(UnfusedGemmRs):
     """The buffers of the path for shapes the main kernel declines (N or K of 1: a GEMV) made at the first call that
-    takes it -- as the fused kernel builds its unfused fallback at the first call that needs it -- in that call's
-    autograd mode: after a warm-up under ``torch.inference_mode()`` they are inference tensors, and the next call
-    outside it raises. Every shape the draw gives (N, K >= 2) takes the path built at construction; the fixed (1, 1)
-    smallest-shape case, its modes rotated, reaches it in every run (the fused kernel's own fallback shipped this
+    takes it -- as the fused kernel builds its unfused fallback at the first call whose weight it declines -- in that
+    call's autograd mode: after a warm-up under ``torch.inference_mode()`` they are inference tensors, and the next
+    call outside it raises. Every shape the draw gives (N, K >= 2) takes the path built at construction; the fixed
+    (1, 1) smallest-shape case, its modes rotated, reaches it in every run (the unfused path, so built, raised so
     until the 30th session)."""
 
     name = "mutant-fallback-built-at-first-call"

@@ -38,9 +38,9 @@ def test_a_workspace_made_at_the_first_call_is_caught_by_the_rotation_only():
 
 @pytest.mark.parametrize("built_under", list(AUTOGRAD_MODES))
 def test_the_unfused_path_built_under_any_mode_serves_calls_in_every_mode(built_under):
-    """The fused kernel builds its unfused fallback at the first call that needs it -- under inference mode at a
-    server's warm-up: built there, its buffers were inference tensors and the next call outside that mode raised
-    ("Inplace update to inference tensor outside InferenceMode")."""
+    """The fused kernel builds its unfused fallback at the first call whose weight it declines -- under inference
+    mode at a server's warm-up: built there, its buffers were inference tensors and the next call outside that mode
+    raised ("Inplace update to inference tensor outside InferenceMode")."""
     with AUTOGRAD_MODES[built_under]():
         impl = UnfusedGemmRs(max_M=64, N=32, K=32, device="cpu")
     assert not any(t.is_inference() for t in impl.state_tensors().values())
