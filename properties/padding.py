@@ -8,6 +8,9 @@ import torch
 
 from .result import CheckResult, skipped, worst_of
 
+#: The reason a padding check is skipped on a rank whose shard is full (W = 1, or M a multiple of W): nothing there
+#: could differ. Tests tell this skip from any other by it.
+NO_PADDING_ROWS = "no padding rows on this rank (its shard is full)"
 SENTINEL = float.fromhex("0x1.5p+99")  # bf16-exact, never a plausible GEMM result of our inputs
 
 
@@ -21,7 +24,7 @@ def padded_rows_untouched(out: torch.Tensor, before: torch.Tensor, n_valid: int,
     a = out[n_valid:].detach().contiguous()
     b = before[n_valid:].detach().contiguous()
     if a.numel() == 0:  # nothing that could differ: not a pass (W = 1, or M a multiple of W: every shard full)
-        return skipped(name, "no padding rows on this rank (its shard is full)", rank=rank, per_example=True)
+        return skipped(name, NO_PADDING_ROWS, rank=rank, per_example=True)
     changed = a.view(torch.int16) != b.view(torch.int16)
     zero = torch.zeros((), dtype=torch.float64, device=a.device)
     err = torch.where(changed, (a.double() - b.double()).abs().nan_to_num(float("inf")), zero)

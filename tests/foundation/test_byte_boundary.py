@@ -15,6 +15,7 @@ from fuzz.strategies import byte_boundary_cases
 from kernel.errors import CapacityError
 from kernel.unfused import UnfusedGemmRs
 from mutants.catalogue import GPU_NIGHTLY_CATALOGUE, OffsetWraps32
+from properties.padding import NO_PADDING_ROWS
 
 CPU = torch.device("cpu")
 LIMITS = [2**15, 2**16]  # emulated: rows * 64 * 2 bytes cross both by M = 600
@@ -46,7 +47,7 @@ def test_windows_hold_each_boundary_row_of_the_output_and_the_workspace():
 
 def _full_shard(check) -> bool:
     """M = max_M, even, at W = 2: every shard full, so the padding checks are skipped (nothing could differ)."""
-    return check.skipped and "no padding rows" in check.detail
+    return check.skipped and check.detail == NO_PADDING_ROWS
 
 
 def test_the_correct_implementation_passes_at_the_boundaries():

@@ -26,6 +26,7 @@ from properties import (
     skipped,
     within_tolerance,
 )
+from properties.padding import NO_PADDING_ROWS
 
 M, N, K, W = 16, 32, 64, 2
 RANK = 1  # shard rows 8..15: global row = 8 + local row
@@ -145,7 +146,7 @@ def test_padded_rows_untouched_passes_when_only_valid_rows_written():
     out[:3] = 1.5
     _assert_pass_and_raise_protocol(padded_rows_untouched(out, before, 3, rank=0, row_offset=12))
     no_padding = padded_rows_untouched(out, before, 6, rank=0)  # nothing that could differ: skipped, not passed
-    assert no_padding.skipped and not no_padding.passed and "no padding rows" in no_padding.render()
+    assert no_padding.skipped and not no_padding.passed and no_padding.detail == NO_PADDING_ROWS
 
 
 def test_padded_rows_untouched_locates_a_write_into_padding():
