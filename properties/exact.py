@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import torch
 
-from .result import worst_of
+from .result import no_valid_rows, worst_of
 
 
 def bitwise_equal(actual: torch.Tensor, expected: torch.Tensor, n_valid: int, *, rank=None, row_offset=0,
                   name="bitwise_equal"):
-    """Valid rows of ``actual`` and ``expected`` have identical bits (NaN payloads included)."""
+    """Valid rows of ``actual`` and ``expected`` have identical bits (NaN payloads included); no rows to compare is a
+    skip (:data:`properties.result.NO_VALID_ROWS`), not a pass."""
+    if n_valid <= 0:
+        return no_valid_rows(name, rank)
     a = actual[:n_valid].detach()
     e = expected[:n_valid].detach().to(a.device)
     if a.dtype != e.dtype:

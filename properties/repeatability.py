@@ -15,6 +15,8 @@ def repeatable(outputs: list[torch.Tensor], n_valid: int, *, rank=None, row_offs
         return CheckResult(name=name, passed=False, rank=rank, detail="need at least two outputs to compare")
     for i, o in enumerate(outputs[1:], start=1):
         res = bitwise_equal(o, outputs[0], n_valid, rank=rank, row_offset=row_offset, name=name)
+        if res.skipped:  # no valid rows: every comparison is empty
+            return res
         if not res.passed:
             res.detail = f"call {i} differs from call 0"
             return res

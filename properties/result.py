@@ -72,6 +72,16 @@ class CheckResult:
         return d
 
 
+#: The reason a value check (tolerance, exact bits, the non-finite pattern) is skipped on a rank that holds no valid
+#: row of this call (M < W ranks' worth: M = 129 at W = 16 leaves rank 15 none): nothing examined, so no pass.
+NO_VALID_ROWS = "no valid rows on this rank for this M (nothing to compare)"
+
+
+def no_valid_rows(name: str, rank: int | None = None) -> CheckResult:
+    """The skip of value check ``name`` on a rank with no valid row (:data:`NO_VALID_ROWS`)."""
+    return skipped(name, NO_VALID_ROWS, rank=rank, per_example=True)
+
+
 def skipped(name: str, reason: str, rank: int | None = None, *, per_example: bool = False) -> CheckResult:
     """A check not made, with its reason. ``per_example``: skipped because of this example only (e.g. an
     M the implementation waives), so the gate draws another example instead of skipping the test."""

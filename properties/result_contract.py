@@ -113,7 +113,7 @@ def results_unchanged(held: list[tuple[str, torch.Tensor, torch.Tensor]], *, ran
                            detail=f"{len(held)} results the caller holds kept their bits")
     _, now, then = changed[0]
     first = bitwise_equal(now, then, now.shape[0], rank=rank, name=name)  # locates the first change
-    first.passed = False
+    first.passed, first.skipped = False, False
     labels = [label for label, _, _ in changed]
     first.extra["changed"] = labels
     first.detail = (f"{len(changed)} of {len(held)} results changed after they were returned: {', '.join(labels)} "

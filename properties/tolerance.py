@@ -28,7 +28,7 @@ import torch
 
 from oracle.truth import Truth
 
-from .result import worst_of
+from .result import no_valid_rows, worst_of
 
 U_BF16 = 2.0**-8
 U_FP32 = 2.0**-24
@@ -46,8 +46,11 @@ def budget(truth: Truth) -> torch.Tensor:
 
 
 def within_tolerance(actual: torch.Tensor, truth: Truth, *, rank: int | None = None, name="within_tolerance"):
-    """Check the valid rows of ``actual`` (S, N) against the truth. Non-finite truths are skipped here."""
+    """Check the valid rows of ``actual`` (S, N) against the truth. Non-finite truths are skipped here; a rank with
+    no valid row is a skip (:data:`properties.result.NO_VALID_ROWS`), not a pass."""
     n = truth.n_valid
+    if n <= 0:
+        return no_valid_rows(name, rank)
     a = actual[:n].detach().to(torch.float64)  # checks run where the data is (GPU or CPU)
     y = truth.y[:n].to(a.device)
     allowed = budget(truth).to(a.device)

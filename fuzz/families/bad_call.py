@@ -110,6 +110,6 @@ def judge_accepted(ctx: RankContext, case: Case, M: int, y) -> tuple[bool, str]:
     """Whether an accepted same-values bad call's result is right (within tolerance of the truth)."""
     try:
         verdict = within_tolerance(y, ctx.truth(case, case.seed, M), rank=ctx.rank)
-        return verdict.passed, verdict.detail
+        return verdict.passed or verdict.skipped, verdict.detail  # skipped: no valid row here, nothing wrong
     except Exception as exc:  # noqa: BLE001 — a result of the wrong shape/type is itself the answer
         return False, f"{type(exc).__name__}: {exc}"

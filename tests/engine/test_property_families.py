@@ -9,6 +9,7 @@ from fuzz.expected_checks import expected_checks
 from fuzz.pool import RankPool
 from fuzz.status import Status
 from properties.padding import NO_PADDING_ROWS
+from properties.result import NO_VALID_ROWS
 
 pytestmark = pytest.mark.multiproc
 
@@ -20,9 +21,9 @@ EXPECTED = expected_checks("cpu")
 GPU_ONLY = {"capacity_rejected_in_capture"}  # (the other CUDA-only checks' families skip whole on the CPU)
 
 
-def _full_shard(check: dict) -> bool:
-    """A padding check skipped on a rank whose shard is full (no padding rows there: nothing that could differ)."""
-    return check["skipped"] and check["detail"] == NO_PADDING_ROWS
+def _nothing_to_compare(check: dict) -> bool:
+    """A check skipped where its rank has nothing to compare: no padding rows (a full shard), no valid row."""
+    return check["skipped"] and check["detail"] in (NO_PADDING_ROWS, NO_VALID_ROWS)
 
 
 def test_every_family_runs_every_property_on_cpu():
@@ -47,7 +48,7 @@ def test_every_family_runs_every_property_on_cpu():
             skipped_only |= {c["name"] for c in report.skipped_checks()}
             if case.family == "capacity":  # no capture on the CPU: skipped with the reason, never passed
                 assert {(c["name"], "no CUDA graphs" in c["detail"]) for c in report.skipped_checks()
-                        if not _full_shard(c)} == {("capacity_rejected_in_capture", True)}
+                        if not _nothing_to_compare(c)} == {("capacity_rejected_in_capture", True)}
             bads |= {c["extra"].get("bad") for _, c in report.checks() if c["extra"].get("bad")}
         graph = pool.run(Case("graph", ms=[5], **base))
     finally:
@@ -92,7 +93,7 @@ def test_unaligned_m_waiver_skips_only_the_unaligned_calls():
     assert {c["extra"]["M"] for _, c in bad.checks() if c["name"] == "bad_call_rejected"} == {4}
     assert over.passed, over.render()
     assert report.passed, report.render()
-    assert [c["name"] for c in report.skipped_checks() if not _full_shard(c)] == ["unaligned_m"] * 2
+    assert [c["name"] for c in report.skipped_checks() if not _nothing_to_compare(c)] == ["unaligned_m"] * 2
     assert {c["extra"]["M"] for _, c in report.checks() if c["name"] == "within_tolerance"} == {128}
 
 

@@ -26,12 +26,13 @@ from properties import (
     within_tolerance,
 )
 from properties.padding import NO_PADDING_ROWS
+from properties.result import NO_VALID_ROWS
 
 
 def _collect(failures: list[str], res, where: str) -> None:
-    """A check that did not pass is a failure here -- a skip too, but for the padding checks on a full shard (no
-    padding rows on this rank: nothing there could differ)."""
-    if res.passed or (res.skipped and res.detail == NO_PADDING_ROWS):
+    """A check that did not pass is a failure here -- a skip too, but where this rank has nothing to compare (the
+    padding checks on a full shard, the value checks on a rank with no valid row)."""
+    if res.passed or (res.skipped and res.detail in (NO_PADDING_ROWS, NO_VALID_ROWS)):
         return
     failures.append(f"{where}: {res.render()}")
 

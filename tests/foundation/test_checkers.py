@@ -448,3 +448,36 @@ def test_guard_pattern_is_fixed_irregular_and_seeded():
     assert not torch.equal(p, guard_pattern(4096, seed=8))
     assert bool((p[1:] != p[:-1]).all())  # no two neighbours equal: a fill with one value shows everywhere
     assert len(set(p.tolist())) > 4000 and int((p == 0).sum()) < 4
+
+
+# --- a rank with no valid row: value checks skipped, never passed --------------------------------
+
+
+def test_value_checks_on_a_rank_with_no_valid_row_are_skipped_not_passed():
+    """M = 129 at W = 16 leaves rank 15 no row: nothing a value check could find wrong there, so a skip with its
+    reason (counted apart from passes); one valid row is a real check again and fails on a wrong value."""
+    import dataclasses
+
+    from properties.dispatch import dispatch_sides_agree
+    from properties.result import NO_VALID_ROWS
+
+    y = torch.zeros(1, N, dtype=torch.bfloat16)
+    wrong = torch.ones(1, N, dtype=torch.bfloat16)
+    truth = _truth()
+    empty = dataclasses.replace(truth, n_valid=0)
+    vacuous = [within_tolerance(wrong, empty, rank=RANK), bitwise_equal(wrong, y, 0, rank=RANK),
+               nonfinite_pattern_matches(torch.full_like(y, float("nan")), y, 0, rank=RANK),
+               repeatable([wrong, y], 0, rank=RANK), fresh_per_call([(3, wrong, y, 0, 16)], rank=RANK)]
+    for res in vacuous:
+        assert res.skipped and not res.passed and res.detail == NO_VALID_ROWS, res.render()
+        assert res.raise_if_failed() is res
+    _assert_fails(bitwise_equal(wrong, y, 1), "Mismatched elements")
+    _assert_fails(nonfinite_pattern_matches(torch.full_like(y, float("nan")), y, 1), "non-finite")
+    # a sequence with one call that has rows here: compared (and caught) there
+    _assert_fails(fresh_per_call([(3, wrong, y, 0, 16), (40, wrong, y, 1, 16)], rank=RANK), "call 1 of the sequence")
+    assert fresh_per_call([(3, wrong, y, 0, 16), (40, y, y, 1, 16)], rank=RANK).total == 1
+    # the two dispatch sides always compare their shapes: a pass with what it compared, or a failure
+    both = dispatch_sides_agree(y, y.clone(), 0, exact=True, rank=RANK)
+    assert both.passed and "1 padding rows" in both.detail and "valid rows" not in both.detail, both.render()
+    _assert_fails(dispatch_sides_agree(y, wrong, 0, exact=True), "padding rows differ")
+    _assert_fails(dispatch_sides_agree(wrong, y, 1, exact=True), "differ in valid rows")
