@@ -565,11 +565,10 @@ class WorkspaceAllocatedAtFirstCall(UnfusedGemmRs):
 
 class FallbackBuiltAtFirstCall(UnfusedGemmRs):
     """The buffers of the path for shapes the main kernel declines (N or K of 1: a GEMV) made at the first call that
-    takes it -- as the fused kernel builds its unfused fallback at the first call whose weight it declines -- in that
-    call's autograd mode: after a warm-up under ``torch.inference_mode()`` they are inference tensors, and the next
-    call outside it raises. Every shape the draw gives (N, K >= 2) takes the path built at construction; the fixed
-    (1, 1) smallest-shape case, its modes rotated, reaches it in every run (the unfused path, so built, raised so
-    until the 30th session)."""
+    takes it -- a fallback built lazily -- in that call's autograd mode: after a warm-up under
+    ``torch.inference_mode()`` they are inference tensors, and the next call outside it raises. Every shape the draw
+    gives (N, K >= 2) takes the path built at construction; the fixed (1, 1) smallest-shape case, its modes rotated,
+    reaches it in every run."""
 
     name = "mutant-fallback-built-at-first-call"
 
@@ -577,6 +576,20 @@ class FallbackBuiltAtFirstCall(UnfusedGemmRs):
         if min(self.N, self.K) == 1 and not getattr(self, "_fallback_made", False):
             self._partials, self._fallback_made = torch.empty_like(self._partials), True  # the bug: in the call's mode
         return super()._run(x, w, out, M)
+
+
+class BuffersInCallersMode(UnfusedGemmRs):
+    """Every buffer allocated in the constructor's caller's autograd mode (UnfusedGemmRs before the 30th session, and
+    the fused kernel's workspace before the 31st): built inside ``torch.inference_mode()`` -- an inference-mode
+    ``main``, a warm-up that builds its layers lazily -- the workspace and shard are inference tensors, and the first
+    call outside that mode raises "Inplace update to inference tensor outside InferenceMode". Right whenever it is
+    built outside inference mode, and for every call inside it."""
+
+    name = "mutant-buffers-in-callers-mode"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        self._allocate()  # the bug: again, in the caller's mode
 
 
 class FlagWordsInDefaultDtype(UnfusedGemmRs):
@@ -1218,6 +1231,7 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # autograd modes (28th session): a lazily allocated workspace, an inference tensor after an inference-mode call
     MutantSpec("WorkspaceAllocatedAtFirstCall", (2,), ("call_raised",)),
     MutantSpec("FallbackBuiltAtFirstCall", (2,), ("call_raised",), tests=("test_smallest_shapes",)),
+    MutantSpec("BuffersInCallersMode", (2,), ("call_raised",), tests=("test_smallest_shapes",)),
     MutantSpec("FlagWordsInDefaultDtype", (2,), ("call_raised",)),
 )
 
@@ -1573,7 +1587,12 @@ class OffsetWraps32(UnfusedGemmRs):
 #: Mutants only the nightly GPU run reaches (not in the CPU kill matrix, where they would survive by
 #: construction): run each with its command in README / the report, e.g.
 #: ``python -m fuzz.repro --impl mutants.catalogue:OffsetWraps32 --topology shared-gpu --world-size 1 --case ...``
-GPU_NIGHTLY_CATALOGUE: tuple[MutantSpec, ...] = (
-    MutantSpec("OffsetWraps32", (1, 2), ("within_tolerance", "bitwise_equal")),
+#: Mutants of the unfused path whose bug only a GPU shows, at the ci profile: ``ci/kill-matrix --gpu`` runs them on
+#: shared-gpu against the unfused control (the fault builds and wrapper mutants of the fused kernel against the fused).
+GPU_UNFUSED_CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("StagingOnDefaultDevice", (2,), ("call_raised",)),
 )
+#: Every mutant only a GPU kills: those of the ci profile above and the nightly byte-boundary one.
+GPU_NIGHTLY_CATALOGUE: tuple[MutantSpec, ...] = (
+    MutantSpec("OffsetWraps32", (1, 2), ("within_tolerance", "bitwise_equal")),
+) + GPU_UNFUSED_CATALOGUE

@@ -19,9 +19,10 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
   (``RankContext.new_impl``), left the caller's current device or stream, grad mode, default dtype, math flags or
   random generators changed (host reads right before and after each, ``properties/ambient.py``).
 
-A case's eager calls may run under autograd modes in turn (``Case.autograd``, :data:`AUTOGRAD_MODES`) and its
-constructions and eager calls under an engine's tensor defaults (``Case.defaults``, :func:`caller_defaults`); the
-mode and the defaults are in each call's tag.
+A case's eager calls may run under autograd modes in turn (``Case.autograd``, :data:`AUTOGRAD_MODES`; its
+constructions then under ``torch.inference_mode()``, :meth:`CaseCalls.construction`) and its constructions and eager
+calls under an engine's tensor defaults (``Case.defaults``, :func:`caller_defaults`); the mode and the defaults are in
+each call's tag and each construction's label.
 
 Results of eager calls are held with a copy taken on return; :meth:`CaseCalls.finish` checks at the end
 of the case that each still has those bits (``earlier_results_unchanged``). A result that broke the
@@ -147,8 +148,7 @@ class CaseCalls:
         W = self.world_size if world_size is None else world_size
         M = int(x.shape[0])
         mode = self._next_mode(captured)
-        tag = tag if mode is None else f"{tag} [{mode}]"
-        tag = tag if self.defaults is None or captured else f"{tag} [{self.defaults} defaults]"
+        tag = tag if captured else self._tagged(tag, mode)
         S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
         expected, reason = impl.expected_path(x, w)
         self.trail.append(f"{tag} M={M} group rank {r}/{W} {'captured ' if captured else ''}expected path "
@@ -188,6 +188,24 @@ class CaseCalls:
         if hold and not captured:
             self._held.append((f"{tag} (M={M})", y, y.detach().clone()))
         return y
+
+    def _tagged(self, what: str, mode: str | None) -> str:
+        """``what`` with the autograd mode and the tensor defaults it runs under, as a call's tag or a construction's
+        label names them."""
+        what = what if mode is None else f"{what} [{mode}]"
+        return what if self.defaults is None else f"{what} [{self.defaults} defaults]"
+
+    @contextlib.contextmanager
+    def construction(self, what: str, device):
+        """The construction ``what`` of an instance as the case's caller makes it (:meth:`as_the_caller`), and -- in a
+        case whose eager calls rotate autograd modes -- under ``torch.inference_mode()``: an engine that builds its
+        layers inside an inference-mode ``main`` or its warm-up (or the layer its communication state lazily, at the
+        first forward) gets inference tensors for every buffer the constructor allocates, and its later calls under
+        ``no_grad`` or grad may not write them in place (the 30th session's fallback bug, at construction)."""
+        mode = "inference_mode" if self._autograd is not None else None
+        with AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext(), \
+                self.as_the_caller(self._tagged(what, mode), device, call=False):
+            yield
 
     @contextlib.contextmanager
     def as_the_caller(self, label: str, device, *, call: bool = True):

@@ -165,9 +165,7 @@ class RankContext:
             if self.calls is None:
                 impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
             else:
-                defaults = self.calls.defaults
-                label = f"construction max_M={max_M} N={N} K={K}" + (f" [{defaults} defaults]" if defaults else "")
-                with self.calls.as_the_caller(label, self.device, call=False):
+                with self.calls.construction(f"construction max_M={max_M} N={N} K={K}", self.device):
                     impl = self.impl_factory(self.group, max_M=max_M, N=N, K=K, device=self.device)
             self.paths_agree(impl, f"instance max_M={max_M} N={N} K={K} on group {list(self.tp.members)}")
         return impl

@@ -341,10 +341,14 @@ class FusedGemmRs(GemmRsImplementation):
                 self._agreed_facts = agreed_device_facts(self._group_facts)
             self._config_reason = check_mps_clients(self._group_facts)
         if self._config_reason is None:
-            if self.world_size > 1:
-                self._allocate_workspace()
-                self._choose_push_order()
-            self._allocate_split_parts()
+            # Normal tensors whatever mode it is built in (as UnfusedGemmRs's): built inside torch.inference_mode()
+            # (an inference-mode main, a warm-up that builds its layers lazily), the workspace, flags and split-K
+            # parts would be inference tensors, which no torch op may write in place outside that mode.
+            with torch.inference_mode(False):
+                if self.world_size > 1:
+                    self._allocate_workspace()
+                    self._choose_push_order()
+                self._allocate_split_parts()
             self._compile()
         elif not self.force_fused:
             self._fallback_impl()  # built now: a later call may be under CUDA-graph capture

@@ -36,11 +36,28 @@ def test_a_workspace_made_at_the_first_call_is_caught_by_the_rotation_only():
     assert not failed_checks(plain), [c.render() for c in failed_checks(plain)]
 
 
+def test_a_case_that_rotates_modes_builds_its_instances_under_inference_mode():
+    """An engine may build its layers inside ``torch.inference_mode()``: a constructor that allocates in its caller's
+    mode makes inference tensors there, and the first call outside that mode raises. The rotating cases build under
+    inference mode (the construction's label says so); the others in the caller's own mode, where it passes."""
+    mutant = catalogue.BuffersInCallersMode
+    rotated = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], autograd="rotate", **BASE))
+    bad = failed_checks(rotated, "call_raised")
+    assert bad and "inference tensor" in bad[0].detail and "[no_grad]" in bad[0].detail, [c.render() for c in rotated]
+    plain = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], **BASE))
+    assert not failed_checks(plain), [c.render() for c in failed_checks(plain)]
+    leaky = run_on_one_cpu_rank(catalogue.MatmulPrecisionSetAtConstruction,
+                                Case("compute", ms=[3], autograd="rotate", **BASE))
+    ambient = failed_checks(leaky, "ambient_state_kept")
+    assert ambient and "construction max_M=512 N=64 K=64 [inference_mode]" in ambient[0].detail, \
+        [c.render() for c in leaky]
+
+
 @pytest.mark.parametrize("built_under", list(AUTOGRAD_MODES))
 def test_the_unfused_path_built_under_any_mode_serves_calls_in_every_mode(built_under):
-    """The fused kernel builds its unfused fallback at the first call whose weight it declines -- under inference
-    mode at a server's warm-up: built there, its buffers were inference tensors and the next call outside that mode
-    raised ("Inplace update to inference tensor outside InferenceMode")."""
+    """An engine may build a layer -- and the fused kernel then its unfused fallback -- under any mode: built inside
+    inference mode, its buffers were inference tensors and the next call outside that mode raised ("Inplace update to
+    inference tensor outside InferenceMode")."""
     with AUTOGRAD_MODES[built_under]():
         impl = UnfusedGemmRs(max_M=64, N=32, K=32, device="cpu")
     assert not any(t.is_inference() for t in impl.state_tensors().values())

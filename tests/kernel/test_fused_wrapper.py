@@ -921,3 +921,26 @@ def test_a_protocol_entry_naming_no_protocol_or_an_unknown_one_is_rejected(tmp_p
             load_protocols(str(path))
     path.write_text(json.dumps({"protocols": [{"N": 64, "K": 64, "W": 2, "by_m": {"1": "pull", "4096": "push"}}]}))
     assert load_protocols(str(path))[0]["by_m"] == {"1": "pull", "4096": "push"}
+
+
+@on_hopper
+def test_built_under_inference_mode_its_state_serves_calls_in_every_mode():
+    """An engine may build the layer inside ``torch.inference_mode()`` (an inference-mode ``main``, a warm-up that
+    builds lazily): the split-K parts and their flags are made as normal tensors all the same, so calls under
+    ``no_grad`` and grad, and the counter's advance (a torch-level in-place write), work after it."""
+    N, K, M = 2560, 8192, 448  # 448: a split-K call (128x256 in 3 K parts, test_largest_and_smallest_...)
+    with torch.inference_mode():
+        impl = FusedGemmRs(max_M=1024, N=N, K=K, device=torch.device("cuda", 0), force_fused=True, protocol="pull")
+    state = impl.state_tensors()
+    assert state and not [name for name, t in state.items() if t.is_inference()], list(state)
+    x, w = _operands(M, N, K, device="cuda", seed=11)
+    want = None
+    for mode in (torch.no_grad, torch.enable_grad, torch.inference_mode, torch.no_grad):
+        with mode():
+            y = impl(x, w)
+        torch.cuda.synchronize()
+        assert impl.last_path == "fused" and _within_bound(y, x, w) is None, mode
+        want = y.clone() if want is None else want
+        assert torch.equal(y, want), f"{mode.__name__}: differs from the first call"
+    impl.advance_call_counter(3)
+    assert torch.equal(impl(x, w), want)
