@@ -159,19 +159,34 @@ def targets(only: list[str] | None = None, profile: str = "ci", include_correct:
             gpu: bool = False) -> list[Target]:
     """The matrix rows. ``gpu``: the fault-injected builds of the fused kernel (mutants.kernel_faults) and
     its wrapper-level mutants (mutants.dimension_faults) on the shared-gpu topology, against the correct
-    ``fused`` implementation."""
+    ``fused`` implementation, and the unfused path's GPU-only mutants (``GPU_UNFUSED_CATALOGUE``) against it."""
     if gpu:
+        from .catalogue import GPU_UNFUSED_CATALOGUE
         from .dimension_faults import WRAPPER_CATALOGUE
         from .kernel_faults import GPU_CATALOGUE
 
-        catalogue, correct, topology = GPU_CATALOGUE + WRAPPER_CATALOGUE, "fused", "shared-gpu"
+        # each mutant against its own correct implementation: the fused kernel's faults against it, the unfused
+        # path's GPU-only bugs (its host staging) against the unfused path
+        groups = [(GPU_CATALOGUE + WRAPPER_CATALOGUE, "fused"), (GPU_UNFUSED_CATALOGUE, CORRECT)]
+        topology = "shared-gpu"
     else:
-        catalogue, correct, topology = CATALOGUE, CORRECT, "cpu"
-    specs = [s for s in catalogue if not only or s.name in only]
+        groups, topology = [(CATALOGUE, CORRECT)], "cpu"
     if only:
-        unknown = sorted(set(only) - {s.name for s in catalogue} - {correct})
+        known = {s.name for catalogue, _ in groups for s in catalogue} | {correct for _, correct in groups}
+        unknown = sorted(set(only) - known)
         if unknown:
-            raise SystemExit(f"unknown mutant(s) {unknown}; known: {[s.name for s in catalogue]}")
+            raise SystemExit(f"unknown mutant(s) {unknown}; known: {sorted(known)}")
+    out = []
+    for catalogue, correct in groups:
+        out += _targets_of(catalogue, correct, topology, only, profile, include_correct)
+    return _scoped(out)
+
+
+def _targets_of(catalogue, correct: str, topology: str, only: list[str] | None, profile: str,
+                include_correct: bool) -> list[Target]:
+    """The rows of one catalogue: its mutants (``only``: those named), then the control -- ``correct`` -- at each
+    of their world-size sets (where any mutant, or the control itself, is asked for)."""
+    specs = [s for s in catalogue if not only or s.name in only]
     out = []
     for s in specs:
         expected = _expected(s.expected)
@@ -188,7 +203,7 @@ def targets(only: list[str] | None = None, profile: str = "ci", include_correct:
         for ws in reversed(sets):
             name = f"{correct} (correct)" + (f" W={','.join(map(str, ws))}" if len(sets) > 1 else "")
             out.insert(0, Target(name, correct, ws, "pass", topology))
-    return _scoped(out)
+    return out
 
 
 def _scoped(tgts: list[Target]) -> list[Target]:

@@ -276,6 +276,10 @@ def test_kill_matrix_nightly(record_property):
 
 
 def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
+    """The fused kernel's fault builds and wrapper mutants against the fused control at each of their world-size
+    sets; the unfused path's GPU-only mutants (its host staging) against the unfused control -- a kill next to a
+    control of another implementation would say nothing about the harness on that implementation."""
+    from mutants.catalogue import GPU_UNFUSED_CATALOGUE
     from mutants.dimension_faults import WRAPPER_CATALOGUE
     from mutants.kernel_faults import GPU_CATALOGUE
     from mutants.meta import command, targets
@@ -283,9 +287,15 @@ def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
     tgts = targets(gpu=True)
     controls = [t for t in tgts if t.must == "pass"]
     mutants = [t for t in tgts if t.must == "fail"]
-    assert {t.impl for t in controls} == {"fused"}
-    assert sorted(t.world_sizes for t in controls) == sorted({t.world_sizes for t in mutants})  # one per set
-    assert {t.impl for t in mutants} == {s.impl for s in GPU_CATALOGUE + WRAPPER_CATALOGUE}
+    fused = {s.impl for s in GPU_CATALOGUE + WRAPPER_CATALOGUE}
+    for correct, impls in (("fused", fused), ("unfused", {s.impl for s in GPU_UNFUSED_CATALOGUE})):
+        mine = [t for t in mutants if t.impl in impls]
+        assert sorted(t.world_sizes for t in controls if t.impl == correct) == sorted({t.world_sizes for t in mine})
+    assert {t.impl for t in controls} == {"fused", "unfused"}
+    assert {t.impl for t in mutants} == fused | {s.impl for s in GPU_UNFUSED_CATALOGUE}
+    assert "StagingOnDefaultDevice" in {t.name for t in mutants}
+    only = targets(["FusedDroppedPeer"], gpu=True)  # one fused mutant: its control only
+    assert {t.impl for t in only if t.must == "pass"} == {"fused"}
     assert all(t.topology == "shared-gpu" for t in tgts)
     assert all(t.expected for t in mutants)  # the GPU catalogue's words, read as property names
     cmd = command(mutants[:1], 1)
