@@ -455,7 +455,7 @@ def dispatch_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
                    supports: Callable[[int, int], Eligibility] | None = None) -> Case:
     """A layer dispatching on should_run / can_run, M alternating across the threshold; its eager calls (and the
     case's instance) under the caller's defaults or an engine's (``Case.defaults``, drawn last): the side an
-    implementation falls back on may be built at a call there (the fused kernel's, for a weight it declines)."""
+    implementation falls back on is built there too."""
     case = _near_case(draw, "dispatch", DISPATCH_MS, max_size=3, outs=("none",), world_size=world_size,
                       topology=topology, max_M=max_M, supports=supports)
     case.defaults = draw(st.sampled_from(DEFAULTS_DRAWS))

@@ -69,11 +69,10 @@ class UnfusedGemmRs(GemmRsImplementation):
 
     def __init__(self, group=None, *, max_M: int, N: int, K: int, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        # Normal tensors whatever mode it is built in: the fused kernel builds this fallback at its construction
-        # where it declines the configuration, but at the first call whose weight it declines (not contiguous, not
-        # aligned) otherwise -- under torch.inference_mode() at a server's warm-up, its buffers were then inference
-        # tensors, and the next call outside that mode raised at their first in-place write (CONTRACT "Autograd
-        # modes"; shown on the CPU in the 30th session).
+        # Normal tensors whatever mode it is built in: an engine may build the layer (and the fused kernel then this,
+        # its fallback) inside torch.inference_mode() -- its buffers were then inference tensors, and the next call
+        # outside that mode raised at their first in-place write (CONTRACT "Autograd modes"; shown on the CPU in the
+        # 30th session).
         with torch.inference_mode(False):
             self._allocate()
         waived = {}
