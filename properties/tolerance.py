@@ -28,12 +28,16 @@ import torch
 
 from oracle.truth import Truth
 
-from .result import no_valid_rows, worst_of
+from .result import no_valid_rows, skipped, worst_of
 
 U_BF16 = 2.0**-8
 U_FP32 = 2.0**-24
 SECOND_ORDER = 1.0 + 2.0**-6
 BF16_MAX = float(torch.finfo(torch.bfloat16).max)
+#: Why ``within_tolerance`` is skipped where every valid element's truth is non-finite in bf16 (non-finite inputs):
+#: no element has a budget, so nothing was compared; ``nonfinite_pattern_matches`` judges them.
+NO_FINITE_TRUTH = ("every valid element's truth is non-finite in bf16 (nothing within a budget to compare): "
+                   "nonfinite_pattern_matches judges them")
 
 
 def budget(truth: Truth) -> torch.Tensor:
@@ -65,6 +69,8 @@ def within_tolerance(actual: torch.Tensor, truth: Truth, *, rank: int | None = N
     tightest = ratio.max() if ratio.numel() else torch.zeros((), dtype=torch.float64, device=a.device)
     res = worst_of(name, wrong, err, a, y, allowed, rank=rank, row_offset=truth.row_offset, total=finite_truth.sum(),
                    scalars={"max_error_over_budget": tightest})
+    if res.total == 0:  # no finite truth on these rows: nothing was compared, so no pass
+        return skipped(name, NO_FINITE_TRUTH, rank=rank, per_example=True)
     if res.worst_index is None:  # nothing checked: no tightest element
         del res.extra["max_error_over_budget"]
     elif not res.passed:

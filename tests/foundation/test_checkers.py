@@ -481,3 +481,22 @@ def test_value_checks_on_a_rank_with_no_valid_row_are_skipped_not_passed():
     assert both.passed and "1 padding rows" in both.detail and "valid rows" not in both.detail, both.render()
     _assert_fails(dispatch_sides_agree(y, wrong, 0, exact=True), "padding rows differ")
     _assert_fails(dispatch_sides_agree(wrong, y, 1, exact=True), "differ in valid rows")
+
+
+def test_within_tolerance_with_no_finite_truth_is_skipped_and_one_finite_element_is_checked():
+    """Non-finite inputs can make every valid element's truth Inf or NaN: no element has a budget, so the check
+    compared nothing -- a skip (nonfinite_pattern_matches judges those), not a pass; one finite element is a
+    check again."""
+    import dataclasses
+
+    from properties.tolerance import NO_FINITE_TRUTH
+
+    truth = _truth()
+    n = truth.n_valid
+    infinite = dataclasses.replace(truth, y=torch.full_like(truth.y, float("inf")))
+    wrong = torch.full((truth.y.shape[0], N), 3.0, dtype=torch.bfloat16)
+    res = within_tolerance(wrong, infinite, rank=RANK)
+    assert res.skipped and not res.passed and res.detail == NO_FINITE_TRUTH, res.render()
+    one = infinite.y.clone()
+    one[n - 1, 5] = 0.0
+    _assert_fails(within_tolerance(wrong, dataclasses.replace(truth, y=one), rank=RANK), "Mismatched elements: 1 / 1")
