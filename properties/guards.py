@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from .result import CheckResult, read_back, worst_of
+from .result import CheckResult, read_back, skipped, worst_of
 
 GUARD_ROWS = 2
+#: Why ``guard_regions_untouched`` is skipped where a call has no guard region to read: no ``out=`` (a fresh result)
+#: and an instance that keeps no guarded workspace (the fused kernel at W = 1 without split-K parts).
+NO_GUARD_REGIONS = "no guard regions here (no out=, and the instance keeps no guarded workspace)"
 ALIGN_WORDS = 8  # 16 bytes of bf16
 
 
@@ -57,7 +60,10 @@ class Guarded:
 def guard_regions_untouched(regions: dict[str, tuple[torch.Tensor, torch.Tensor]], *, rank=None,
                             name="guard_regions_untouched") -> CheckResult:
     """Every region's current words equal its expected words. Reports the first region that changed,
-    with the word offset and count."""
+    with the word offset and count. No region at all (a call without ``out=`` on an instance that keeps no guarded
+    workspace: the fused kernel at W = 1 without split-K parts) is a skip (:data:`NO_GUARD_REGIONS`), not a pass."""
+    if not regions:
+        return skipped(name, NO_GUARD_REGIONS, rank=rank, per_example=True)
     total, wrong_total, first = 0, 0, None
     compared = []
     for region, (now, expected) in regions.items():

@@ -209,6 +209,10 @@ def test_guard_regions_untouched_on_plain_regions():
     _assert_fails(
         guard_regions_untouched({"flags": (bad, now)}, rank=1), "region 'flags': 1 of 8", "at index (6,)"
     )
+    from properties.guards import NO_GUARD_REGIONS
+
+    none = guard_regions_untouched({}, rank=1)  # nothing to read: skipped, not "0 guard regions intact"
+    assert none.skipped and not none.passed and none.detail == NO_GUARD_REGIONS, none.render()
 
 
 # --- rejected_cleanly ---------------------------------------------------------------------------
