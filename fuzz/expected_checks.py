@@ -6,7 +6,8 @@ case skipped it with a reason or none reached it -- a check that never runs is a
 Not listed (made only where the implementation or the profile asks for them): ``kernel_paths_agree_across_ranks``
 (implementations that name their kernels), ``counter_advanced`` / ``counter_wrapped`` (a call counter the gate can
 advance), ``unsupported_shape_handled`` (undeclared shapes), ``byte_boundary_rejected`` (the nightly profile), and
-the failure-only checks (``call_raised``, ``main_path_available``, ``device_fault``). A leaf module: names only.
+the failure-only checks (``call_raised``, ``main_path_available``, ``device_fault``, ``declared_config_served``). A
+leaf module: names only.
 """
 
 from __future__ import annotations

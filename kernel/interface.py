@@ -142,6 +142,17 @@ class GemmRsImplementation(abc.ABC):
         return Eligibility(True)
 
     @classmethod
+    def supports_group(cls, world_size: int) -> Eligibility | None:
+        """Whether the main path serves a TP group of ``world_size`` ranks on a host where it runs at all (a query
+        on the class, like :meth:`supports`). Where both say yes, every valid call of an instance must run the
+        main path -- ``can_run`` saying no there, or the construction raising
+        :class:`~kernel.errors.UnsupportedConfigError`, is a fallback or a refusal the implementation declared it
+        would not need: ``declared_config_served`` fails (a silent fallback is no pass). None (the default): no
+        claim about groups, so the gate cannot tell a group ``can_run`` declines from a silent fallback and holds
+        nothing to it."""
+        return None
+
+    @classmethod
     def declared_paths(cls, world_size: int) -> tuple[KernelPath, ...]:
         """The distinct code paths of the main path at group size ``world_size``, each with a call that takes it
         (a query on the class, like :meth:`supports`): the gate runs every one of them on exact, cancellation

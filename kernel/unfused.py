@@ -14,7 +14,7 @@ import contextlib
 import torch
 
 from . import collectives
-from .interface import GemmRsImplementation
+from .interface import Eligibility, GemmRsImplementation
 
 GUARD_ROWS = 2
 
@@ -84,6 +84,12 @@ class UnfusedGemmRs(GemmRsImplementation):
             waived["batch_invariant"] = reason
         if waived:
             self.waived_clauses = {**type(self).waived_clauses, **waived}
+
+    @classmethod
+    def supports_group(cls, world_size: int) -> Eligibility:
+        """Every group size the class accepts (``supported_world_sizes``): its main path is its only path."""
+        ok = world_size in cls.supported_world_sizes
+        return Eligibility(ok, "" if ok else f"W={world_size} is not among the supported group sizes")
 
     def _allocate(self) -> None:
         """The workspace, its red zone, the shard and (a device tensor's reduce-scatter over gloo) the host

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from kernel import collectives
 from kernel.checks import check_m_in_range, check_operands, overlaps
 from kernel.errors import ShapeError
-from kernel.interface import KernelPath
+from kernel.interface import Eligibility, KernelPath
 from kernel.unfused import UnfusedGemmRs
 
 # --- shared pieces ---------------------------------------------------------------------------------
@@ -576,6 +576,29 @@ class FallbackBuiltAtFirstCall(UnfusedGemmRs):
         if min(self.N, self.K) == 1 and not getattr(self, "_fallback_made", False):
             self._partials, self._fallback_made = torch.empty_like(self._partials), True  # the bug: in the call's mode
         return super()._run(x, w, out, M)
+
+
+class MainPathDeclinedOnViews(UnfusedGemmRs):
+    """A silent fallback behind a legitimate one: ``can_run`` checks the weight's alignment for the wrong vector width
+    (``data_ptr() % 32`` where 16 bytes is the contract's), so a 16-byte aligned view of a larger buffer (a slice of a
+    fused QKV / gate-up weight) runs the fallback. Every value right, and ``path_taken`` passes -- the contract sends
+    a declined call to the fallback, and the summary's path mix names the reason -- while the class declares
+    (``supports``, ``supports_group``) that its main path serves those shapes and groups: the verdict passed a run in
+    which the named path did not run on views. ``declared_config_served`` fails it."""
+
+    name = "mutant-main-path-declined-on-views"
+    fallback_path = "unfused-fallback"
+
+    def can_run(self, weight):
+        if weight.data_ptr() % 32:  # the bug: 32 where 16 (ALIGN_BYTES) is the contract's
+            return Eligibility(False, "weight.data_ptr() is not 32-byte aligned")
+        return super().can_run(weight)
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)  # the same computation on either path
+        if not self.can_run(w):
+            self.last_path = self.fallback_path
+        return y
 
 
 class BuffersInCallersMode(UnfusedGemmRs):
@@ -1232,6 +1255,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("WorkspaceAllocatedAtFirstCall", (2,), ("call_raised",)),
     MutantSpec("FallbackBuiltAtFirstCall", (2,), ("call_raised",), tests=("test_smallest_shapes",)),
     MutantSpec("BuffersInCallersMode", (2,), ("call_raised",), tests=("test_smallest_shapes",)),
+    # a silent fallback (31st session): can_run declines what the class declares its main path serves
+    MutantSpec("MainPathDeclinedOnViews", (2,), ("declared_config_served",)),
     MutantSpec("FlagWordsInDefaultDtype", (2,), ("call_raised",)),
 )
 

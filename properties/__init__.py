@@ -9,7 +9,7 @@ from .guards import Guarded, guard_regions_untouched
 from .memory import live_tensors, memory_bounded, released_on_close, watch_release
 from .nonfinite import nonfinite_pattern_matches
 from .padding import SENTINEL, padded_rows_untouched, sentinel_like
-from .path import main_path_available, path_taken
+from .path import declared_claim, declared_config_served, main_path_available, path_taken
 from .rejection import call_raised, rejected_cleanly
 from .repeatability import repeatable
 from .result import CheckResult, PropertyViolation, skipped
@@ -48,6 +48,8 @@ __all__ = [
     "inputs_untouched",
     "is_device_fault",
     "live_tensors",
+    "declared_claim",
+    "declared_config_served",
     "main_path_available",
     "memory_bounded",
     "nonfinite_pattern_matches",

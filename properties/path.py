@@ -53,3 +53,29 @@ def path_taken(path: str | None, expected: str | None, reason: str, *, rank=None
                                   f"a silent fallback gates another implementation than the one named")
     detail = f"ran {path!r}" + (f" (legitimate fallback: {reason})" if reason else "")
     return CheckResult(name=name, passed=True, rank=rank, detail=detail, extra=extra)
+
+
+def declared_claim(cls, N: int, K: int, world_size: int) -> str | None:
+    """What the implementation class ``cls`` declares its main path serves at (N, K) on a group of ``world_size``,
+    in words -- ``supports(N, K)`` and ``supports_group(W)`` both yes (CONTRACT.md, "Shapes") -- or None where it
+    claims less, or nothing about groups (``supports_group`` None: then a group ``can_run`` declines cannot be told
+    from a silent fallback)."""
+    group = getattr(cls, "supports_group", None)
+    shape = getattr(cls, "supports", None)
+    if not callable(group) or not callable(shape):
+        return None
+    g, s = group(world_size), shape(N, K)
+    if g is None or not g or not s:
+        return None
+    return (f"supports({N}, {K}) and supports_group({world_size}) declare that the main path "
+            f"{getattr(cls, 'main_path', None)!r} serves it")
+
+
+def declared_config_served(claim: str, what: str, *, rank=None, name="declared_config_served") -> CheckResult:
+    """A failed check: ``what`` (a call the contract sends elsewhere than the main path, or a construction that
+    raised UnsupportedConfigError) where the implementation's own declaration ``claim`` says its main path serves
+    it. Its fallback may compute right -- the gate would then pass a run in which the named path never ran."""
+    return CheckResult(name=name, passed=False, rank=rank, extra={"claim": claim},
+                       detail=f"{what}, yet {claim}: a fallback or refusal the implementation declared it would "
+                              f"not need (a silent fallback is no pass); fix can_run or the constructor, or declare "
+                              f"the shape (supports) or the group size (supports_group) unsupported")

@@ -16,7 +16,14 @@ from __future__ import annotations
 import dataclasses
 
 import kernel.errors as kerr
-from properties import call_raised, guard_regions_untouched, main_path_available, skipped
+from properties import (
+    call_raised,
+    declared_claim,
+    declared_config_served,
+    guard_regions_untouched,
+    main_path_available,
+    skipped,
+)
 from properties.result import CheckResult
 
 from ..case import Case
@@ -152,6 +159,10 @@ def run_family(ctx: RankContext, case: Case, runner) -> list[CheckResult]:
                                                          f"K={case.K}) on group {list(ctx.tp.members)}")]
         if undeclared:
             return [support.construction_rejected(exc, case, shape.reason, rank=ctx.rank)]
+        claim = declared_claim(ctx.impl_factory, case.N, case.K, ctx.world_size)
+        what = f"building the instance (max_M={case.max_M}, N={case.N}, K={case.K}) raised {type(exc).__name__}: {exc}"
+        if claim:  # a refusal of what the class declares it serves: no skip of the family
+            return [declared_config_served(claim, what, rank=ctx.rank)]
         return [skipped("unsupported_config", f"construction raised {type(exc).__name__}: {exc}", rank=ctx.rank)]
     available = main_path_available(impl.main_path_support(), main_path=impl.main_path, rank=ctx.rank)
     if not available.passed:  # (a pass is not reported: a case whose checks were all skipped stays skipped)

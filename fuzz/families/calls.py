@@ -8,6 +8,9 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
   ``device_fault`` (:meth:`CaseCalls.device_fault`); any other exception is a harness error;
 * ``path_taken``       — ``last_path`` (reset to None before the call) is ``expected_path(x, w)``;
   ``extra``: ``path``, ``expected``, ``reason`` (non-empty for a legitimate fallback);
+* ``declared_config_served`` — a failure only: ``expected_path`` sends the call to the fallback (``can_run`` said no)
+  where the instance's class declares that its main path serves its (N, K) and group size (``supports``,
+  ``supports_group``): a silent fallback behind a legitimate one (``path_taken`` passes it);
 * ``result_contract``  — bf16, (ceil(M/W), N), on the implementation's device, contiguous;
 * ``returns_out``      — with ``out=``: the result is ``out``;
 * ``fresh_result``     — without ``out=``: no storage shared with ``state_tensors()``, a held result or the call's
@@ -43,6 +46,8 @@ from properties import (
     ambient_snapshot,
     ambient_state_kept,
     call_raised,
+    declared_claim,
+    declared_config_served,
     device_fault,
     fresh_padding_zero,
     fresh_result,
@@ -120,6 +125,7 @@ class CaseCalls:
         self._autograd: list[str] | None = None  # rotate_autograd: the modes eager calls take in turn
         self.defaults: str | None = None  # caller_defaults of the case's constructions and eager calls
         self._eager_calls = 0
+        self._claims: dict[tuple, str | None] = {}  # (class, N, K, W, device) -> its declaration (declared_claim)
         self.trail: list[str] = []  # every call begun, with the kernel path it was to take (trail_text)
 
     def rotate_autograd(self, how: str) -> None:
@@ -151,6 +157,9 @@ class CaseCalls:
         tag = tag if captured else self._tagged(tag, mode)
         S, n_valid = shard_rows(M, W), valid_rows(M, W, r)
         expected, reason = impl.expected_path(x, w)
+        if expected != impl.main_path:
+            self._held_to_declaration(impl, f"valid call {tag} (M={M}): can_run says no ({reason or 'no reason given'})"
+                                            f" and the contract sends it to {expected!r}", tag, M, r)
         self.trail.append(f"{tag} M={M} group rank {r}/{W} {'captured ' if captured else ''}expected path "
                           f"{expected}{kernel_path(impl, M) if expected == impl.main_path else ''}")
         impl.last_path = None
@@ -188,6 +197,19 @@ class CaseCalls:
         if hold and not captured:
             self._held.append((f"{tag} (M={M})", y, y.detach().clone()))
         return y
+
+    def _held_to_declaration(self, impl, what: str, tag: str, M: int, rank: int) -> None:
+        """A call the contract sends elsewhere than the main path (``what``): a failed ``declared_config_served`` where
+        the instance's class declares that its main path serves its (N, K) and group size on a host that builds it
+        (:func:`properties.declared_claim`; a host that cannot fails ``main_path_available`` instead)."""
+        dims = tuple(getattr(impl, a, None) for a in ("N", "K", "world_size"))
+        key = (type(impl), *dims, str(getattr(impl, "device", "")))
+        if key not in self._claims:
+            claim = declared_claim(*key[:4]) if None not in key else None
+            support = getattr(impl, "main_path_support", None)
+            self._claims[key] = claim if claim and (support is None or support()) else None
+        if self._claims[key]:
+            self._record(declared_config_served(self._claims[key], what, rank=rank), tag, M)
 
     def _tagged(self, what: str, mode: str | None) -> str:
         """``what`` with the autograd mode and the tensor defaults it runs under, as a call's tag or a construction's

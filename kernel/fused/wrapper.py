@@ -390,6 +390,13 @@ class FusedGemmRs(GemmRsImplementation):
         return Eligibility(reason is None, reason or "")
 
     @classmethod
+    def supports_group(cls, world_size: int) -> Eligibility:
+        """The group sizes the fused kernel runs (:data:`kernel.fused.config.FUSED_WORLD_SIZES`); a group of another
+        size falls back to the unfused path."""
+        reason = check_world_size(world_size)
+        return Eligibility(reason is None, reason or "")
+
+    @classmethod
     def declared_paths(cls, world_size: int) -> tuple:
         """One call per tile config of the class's protocol (``auto``: of the default one) at ``world_size``, as
         :func:`kernel.fused.tiles.pick_config` chooses on a 132-SM GPU (H100 SXM, H200): the largest, the

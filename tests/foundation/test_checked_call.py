@@ -123,10 +123,28 @@ class OnlyEvenN(UnfusedGemmRs):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
 
 
+class OnlyEvenNNoGroupClaim(OnlyEvenN):
+    supports_group = classmethod(lambda cls, world_size: None)  # the interface's default: no claim about groups
+
+
+class OnlyEvenNDeclared(OnlyEvenN):
+    @classmethod
+    def supports(cls, N, K):
+        return Eligibility(N % 128 == 0, f"N={N}: only multiples of 128")
+
+
 def test_an_unsupported_config_at_construction_is_a_skip_with_its_reason():
-    checks = _run(OnlyEvenN, Case("compute", ms=[3], **BASE))
+    """Without a claim about its groups, a class's construction refusing a configuration skips the family (it may be
+    the group it declines); where it claims the shape and the group (``supports``, ``supports_group``), the refusal
+    fails ``declared_config_served``; where it declares the shape unsupported, the typed rejection is what it owes."""
+    checks = _run(OnlyEvenNNoGroupClaim, Case("compute", ms=[3], **BASE))
     assert len(checks) == 1 and checks[0].skipped and not checks[0].passed
     assert "N=64: only multiples of 128" in checks[0].detail
+    claimed = _run(OnlyEvenN, Case("compute", ms=[3], **BASE))
+    assert [(c.name, c.passed) for c in claimed] == [("declared_config_served", False)]
+    assert "N=64: only multiples of 128" in claimed[0].detail
+    declared = _run(OnlyEvenNDeclared, Case("compute", ms=[3], **BASE))
+    assert [(c.name, c.passed) for c in declared] == [("unsupported_shape_handled", True)]
 
 
 class NoMainPathHere(UnfusedGemmRs):
