@@ -27,25 +27,25 @@ def test_the_correct_implementation_passes_in_every_mode_and_each_call_names_its
     assert set(modes) == set(AUTOGRAD_MODES)
 
 
-def test_a_workspace_made_at_the_first_call_is_caught_by_the_rotation_only():
-    mutant = catalogue.WorkspaceAllocatedAtFirstCall
+def _caught_by_the_rotation_only(mutant) -> None:
+    """``mutant`` raises at its first call outside inference mode ("[no_grad]", the rotation's second) in a rotating
+    case, and passes a case made in the caller's own mode."""
     rotated = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], autograd="rotate", **BASE))
     bad = failed_checks(rotated, "call_raised")
     assert bad and "inference tensor" in bad[0].detail and "[no_grad]" in bad[0].detail, [c.render() for c in rotated]
     plain = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], **BASE))
     assert not failed_checks(plain), [c.render() for c in failed_checks(plain)]
+
+
+def test_a_workspace_made_at_the_first_call_is_caught_by_the_rotation_only():
+    _caught_by_the_rotation_only(catalogue.WorkspaceAllocatedAtFirstCall)
 
 
 def test_a_case_that_rotates_modes_builds_its_instances_under_inference_mode():
     """An engine may build its layers inside ``torch.inference_mode()``: a constructor that allocates in its caller's
     mode makes inference tensors there, and the first call outside that mode raises. The rotating cases build under
     inference mode (the construction's label says so); the others in the caller's own mode, where it passes."""
-    mutant = catalogue.BuffersInCallersMode
-    rotated = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], autograd="rotate", **BASE))
-    bad = failed_checks(rotated, "call_raised")
-    assert bad and "inference tensor" in bad[0].detail and "[no_grad]" in bad[0].detail, [c.render() for c in rotated]
-    plain = run_on_one_cpu_rank(mutant, Case("compute", ms=[3, 100], **BASE))
-    assert not failed_checks(plain), [c.render() for c in failed_checks(plain)]
+    _caught_by_the_rotation_only(catalogue.BuffersInCallersMode)
     leaky = run_on_one_cpu_rank(catalogue.MatmulPrecisionSetAtConstruction,
                                 Case("compute", ms=[3], autograd="rotate", **BASE))
     ambient = failed_checks(leaky, "ambient_state_kept")
