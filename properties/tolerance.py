@@ -69,11 +69,9 @@ def within_tolerance(actual: torch.Tensor, truth: Truth, *, rank: int | None = N
     tightest = ratio.max() if ratio.numel() else torch.zeros((), dtype=torch.float64, device=a.device)
     res = worst_of(name, wrong, err, a, y, allowed, rank=rank, row_offset=truth.row_offset, total=finite_truth.sum(),
                    scalars={"max_error_over_budget": tightest})
-    if res.total == 0:  # no finite truth on these rows: nothing was compared, so no pass
+    if res.total == 0:  # no finite truth on these rows (or no element at all): nothing was compared, so no pass
         return skipped(name, NO_FINITE_TRUTH, rank=rank, per_example=True)
-    if res.worst_index is None:  # nothing checked: no tightest element
-        del res.extra["max_error_over_budget"]
-    elif not res.passed:
+    if not res.passed:
         over = float("inf") if res.allowed == 0 else res.worst_error / res.allowed
         res.extra["max_error_over_budget"] = over
     return res
