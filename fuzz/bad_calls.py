@@ -108,22 +108,35 @@ def _transposed_buffer(t: torch.Tensor) -> torch.Tensor:
     return t.t().contiguous().t()
 
 
-def _out_overlapping(t: torch.Tensor, S: int, N: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a copy of ``t``, an (S, N) out) in one buffer: out starts where the copy starts."""
-    buf = torch.zeros(max(t.numel(), S * N), dtype=t.dtype, device=t.device)
-    copy = buf[: t.numel()].view(t.shape)
+#: Elements (16 bytes of bf16) by which a partly overlapping out and operand are apart: both stay 16-byte aligned,
+#: so an implementation's alignment check cannot reject the call in place of its overlap check.
+OVERLAP_SHIFT = 8
+
+
+def _out_overlapping(t: torch.Tensor, S: int, N: int, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a copy of ``t``, an (S, N) out) in one buffer: out starts where the copy starts (``shift`` 0), ``shift``
+    elements after it (> 0: out starts inside the operand, overlapping its tail) or before it (< 0: the operand
+    starts inside out). A check that compares start addresses only passes the last two."""
+    lead_t, lead_out = max(-shift, 0), max(shift, 0)
+    buf = torch.zeros(max(lead_t + t.numel(), lead_out + S * N), dtype=t.dtype, device=t.device)
+    copy = buf[lead_t : lead_t + t.numel()].view(t.shape)
     copy.copy_(t)
-    return copy, buf[: S * N].view(S, N)
+    return copy, buf[lead_out : lead_out + S * N].view(S, N)
 
 
-def _overlaps_x(g: GoodCall, S: int):
-    x, out = _out_overlapping(g.x, S, g.N)
+def _overlaps_x(g: GoodCall, S: int, shift: int = 0):
+    x, out = _out_overlapping(g.x, S, g.N, shift)
     return x, g.w, out
 
 
-def _overlaps_w(g: GoodCall, S: int):
-    w, out = _out_overlapping(g.w, S, g.N)
+def _overlaps_w(g: GoodCall, S: int, shift: int = 0):
+    w, out = _out_overlapping(g.w, S, g.N, shift)
     return g.x, w, out
+
+
+def _partly_overlapping(t: torch.Tensor, S: int, N: int) -> bool:
+    """Whether an out :data:`OVERLAP_SHIFT` elements from ``t`` (either way) still overlaps it."""
+    return t.numel() > OVERLAP_SHIFT and S * N > OVERLAP_SHIFT
 
 
 def _entries(*rows) -> dict[str, BadCall]:
@@ -167,6 +180,13 @@ BAD_CALLS: dict[str, BadCall] = _entries(
             lambda g, S: (g.x, _transposed_buffer(g.w), g.out), same_values=True),
     BadCall("out_noncontiguous", "out non-contiguous (column stride 2)", (LayoutError,),
             lambda g, S: (g.x, g.w, _strided(g.out)), needs_out=True, same_values=True),
+    # row-strided x and w: rows dense, 16-byte aligned, padded apart (a slice of a fused QKV buffer, ``qkv[:, :K]``):
+    # a layout check of the column stride and the alignment alone accepts them, a kernel reading dense rows then
+    # reads the padding (a bad call from two rows on: one row is contiguous)
+    BadCall("x_row_strided", "x of the right shape with padded rows (row stride K + 8)", (LayoutError,),
+            lambda g, S: (_row_strided(g.x), g.w, g.out), same_values=True, applies=lambda g, S: g.M >= 2),
+    BadCall("w_row_strided", "w of the right shape with padded rows (row stride K + 8)", (LayoutError,),
+            lambda g, S: (g.x, _row_strided(g.w), g.out), same_values=True, applies=lambda g, S: g.N >= 2),
     # layout: views the contract rejects (CONTRACT.md, "Capacity and bad input": strided out, expanded w)
     BadCall("out_row_strided", "out of the right shape with padded rows (row stride N + 8)", (LayoutError,),
             lambda g, S: (g.x, g.w, _row_strided(g.out)), needs_out=True, same_values=True,
@@ -183,6 +203,16 @@ BAD_CALLS: dict[str, BadCall] = _entries(
     # aliasing
     BadCall("out_overlaps_x", "out overlaps x", (LayoutError,), _overlaps_x, needs_out=True),
     BadCall("out_overlaps_w", "out overlaps w", (LayoutError,), _overlaps_w, needs_out=True),
+    # partly: one starts 16 bytes inside the other (a check of the start addresses alone passes them)
+    BadCall("out_inside_x", "out starts 16 bytes inside x (overlapping its tail)", (LayoutError,),
+            lambda g, S: _overlaps_x(g, S, OVERLAP_SHIFT), needs_out=True,
+            applies=lambda g, S: _partly_overlapping(g.x, S, g.N)),
+    BadCall("out_before_x", "out starts 16 bytes before x (x begins inside it)", (LayoutError,),
+            lambda g, S: _overlaps_x(g, S, -OVERLAP_SHIFT), needs_out=True,
+            applies=lambda g, S: _partly_overlapping(g.x, S, g.N)),
+    BadCall("out_inside_w", "out starts 16 bytes inside w (overlapping its tail)", (LayoutError,),
+            lambda g, S: _overlaps_w(g, S, OVERLAP_SHIFT), needs_out=True,
+            applies=lambda g, S: _partly_overlapping(g.w, S, g.N)),
 )
 
 #: The capacity calls. Their out (the capacity family's) is sized for the call's own M where one can be: 0 rows

@@ -44,6 +44,11 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
                               waivable on non-exact inputs, clause ``batch_invariant``)
           also oracle_exact (exact mode: the oracle == the fp64 truth rounded to bf16).
           ``late_rank`` sleeps ``delay_ms`` before its calls (skew changes nothing but time).
+          ``burst``: the calls of ms once more (two calls at ms[0] where ms has one M) on new inputs, launched
+          back to back with no wait and no oracle between them (the late rank's delay before each, on its stream),
+          then 1-6 of each after one wait (call tags ``burst<i>``): a rank enters its next call while a peer
+          still reads the last one's data -- the calls above each have the oracle's collective (which lines the
+          ranks up) or a wait before the next, which hides a write-after-read race (a missing done wait).
           ``offset`` > 0: x and w are views at that storage offset (16-byte aligned) into a larger buffer whose
           head holds other values — valid operands, computed right (a kernel given the storage's base pointer
           instead of data_ptr() reads the head).
@@ -133,6 +138,7 @@ class Case:
     wrap: str | None = None            # wrap: the counter boundary crossed, "signed" (2^31) or "unsigned" (2^32)
     autograd: str | None = None        # "rotate": eager calls under inference_mode, no_grad, grad, ... in turn
     defaults: str | None = None        # "engine": constructions and eager calls under bf16 / the device as defaults
+    burst: bool = False                # compute: the calls of ms again, on new inputs, back to back (one wait)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -169,6 +175,8 @@ class Case:
             parts.append(f"autograd={self.autograd}")
         if self.defaults:
             parts.append(f"defaults={self.defaults}")
+        if self.burst:
+            parts.append("burst")
         return " ".join(parts)
 
 

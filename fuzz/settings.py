@@ -108,9 +108,10 @@ WEIGHTS = {
 #: fused kernel's 8 declared paths, a compute case each and a graph case for its 5 split-K ones
 #: (fuzz/strategies.py: path_cases); the two counter-wrap cases (wrap_cases); the shard-boundary case
 #: (shard_boundary_cases); the three smallest-shape cases (smallest_shape_cases); the two model-size cases
-#: (model_shape_cases); the far-late case (late_rank_cases); the whole-world dispatch case (dispatch_crossover_cases)
+#: (model_shape_cases); the far-late case (late_rank_cases); the whole-world dispatch case (dispatch_crossover_cases);
+#: the back-to-back case (back_to_back_cases)
 FIXED_CASES = {"test_kernel_paths": 13, "test_counter_wrap": 2, "test_shard_boundaries": 1, "test_smallest_shapes": 3,
-               "test_model_shapes": 2, "test_late_rank": 1, "test_dispatch_crossover": 1}
+               "test_model_shapes": 2, "test_late_rank": 1, "test_dispatch_crossover": 1, "test_back_to_back": 1}
 
 
 def examples(test_name: str) -> int:

@@ -212,6 +212,29 @@ def late_rank_cases(world_size: int, topology: str = "cpu", supports: Callable[[
                  late_rank=world_size - 1, delay_ms=LATE_RANK_DELAY_MS)]
 
 
+#: The fixed back-to-back case (32nd session): three exact calls launched with no wait between them, the last rank
+#: :data:`BURST_DELAY_MS` late before each (on its stream), at Ms whose reads last (a drawn burst's Ms are often a
+#: few rows): a rank that overwrites its partials before its peers finished reading the last call's -- a done wait
+#: skipped -- shows in every run, not only where a draw made a burst.
+BURST_SEED, BURST_MAX_M, BURST_DELAY_MS = 9950, 512, 5
+
+
+def back_to_back_cases(world_size: int, topology: str = "cpu",
+                       supports: Callable[[int, int], Eligibility] | None = None, aligned: bool = False) -> list[Case]:
+    """The fixed back-to-back case: the whole world, its last rank :data:`BURST_DELAY_MS` late, the calls M = 512,
+    385, 511 (512, 384, 512 for an implementation that waives unaligned M) once verified, then again on new inputs
+    back to back (``burst``), into guarded sentinel buffers, on the machine's last listed shape (its largest N: the
+    longest reads of a peer's partials; moved to the nearest supported one). None at W = 1: no peer reads a rank's
+    data."""
+    if world_size < 2:
+        return []
+    m = machine(topology)
+    N, K = supported_shape(supports or all_shapes, *SHAPES[m][-1], m)
+    ms = [512, 384, 512] if aligned else [512, 385, 511]
+    return [Case("compute", BURST_SEED, N, K, BURST_MAX_M, ms, "exact", "guarded", repeat=1,
+                 late_rank=world_size - 1, delay_ms=BURST_DELAY_MS, burst=True)]
+
+
 #: The fixed whole-world dispatch case (30th session): the drawn dispatch cases are few in a ci run and draw TP
 #: layouts, so a run's every one could land on groups of one rank, where ranks cannot disagree (seen: a shifted draw
 #: let ``ShouldRunOnLocalRows`` -- ranks answering should_run from their own rows -- pass a ci run).
@@ -397,8 +420,10 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     offset = draw(st.sampled_from(VIEW_OFFSETS))
     autograd = draw(st.sampled_from(AUTOGRAD_DRAWS))
     defaults = draw(st.sampled_from(DEFAULTS_DRAWS))
+    burst = draw(st.booleans())
     return Case("compute", seed, N, K, max_M, ms, kind, out, repeat=2, late_rank=late_rank, delay_ms=delay_ms,
-                kinds=kinds, layout=layout, batch_m=batch_m, offset=offset, autograd=autograd, defaults=defaults)
+                kinds=kinds, layout=layout, batch_m=batch_m, offset=offset, autograd=autograd, defaults=defaults,
+                burst=burst)
 
 
 #: capacities of the instances family's own instances (several sizes: different workspaces, different

@@ -875,6 +875,66 @@ class OutOverlappingWAccepted(UnfusedGemmRs):
         return super().validate(x, w, out)
 
 
+class AliasCheckByStart(UnfusedGemmRs):
+    """The aliasing check compares start addresses only (``out.data_ptr() in (x.data_ptr(), w.data_ptr())``): an
+    ``out`` that begins inside x or w, or an operand that begins inside ``out`` (two slices of one packed buffer,
+    16 bytes apart), is accepted, and the epilogue's store overwrites the caller's activations or weights."""
+
+    name = "mutant-alias-check-by-start"
+
+    def validate(self, x, w, out):
+        if isinstance(out, torch.Tensor) and out.dim() == 2:
+            if isinstance(x, torch.Tensor) and overlaps(out, x) and out.data_ptr() != x.data_ptr():
+                x = torch.empty_like(x)  # every check of x, on a stand-in that does not overlap out
+            if isinstance(w, torch.Tensor) and overlaps(out, w) and out.data_ptr() != w.data_ptr():
+                w = torch.empty_like(w)
+        return super().validate(x, w, out)
+
+
+def _dense_rows(t: torch.Tensor) -> bool:
+    """A 2-D view whose rows are dense (unit column stride) and at least a row apart: the layouts a check of the
+    column stride alone (a "TMA-legal" check: last stride 1, row stride a multiple of 16 bytes) accepts."""
+    return (isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] >= 2 and t.stride(1) == 1
+            and t.stride(0) >= t.shape[1])
+
+
+class RowStridedInputsReadDense(UnfusedGemmRs):
+    """Row-strided x or w accepted and read as dense: the layout check tests the column stride and the alignment
+    (what a TMA descriptor needs: unit last stride, 16-byte rows), not that rows are packed; the launch then passes
+    the data pointer with the row stride the kernel was compiled for (K), so x = ``qkv[:, :K]`` -- a slice of a fused
+    projection's output, rows K + 8 apart -- is read from the wrong addresses from its second row on."""
+
+    name = "mutant-row-strided-inputs-read-dense"
+
+    def validate(self, x, w, out):
+        x = x.contiguous() if _dense_rows(x) else x  # every other check of the operand, on a packed copy
+        w = w.contiguous() if _dense_rows(w) else w
+        return super().validate(x, w, out)
+
+    def _run(self, x, w, out, M):
+        x = torch.as_strided(x, x.shape, (x.shape[1], 1)) if not x.is_contiguous() else x
+        w = torch.as_strided(w, w.shape, (w.shape[1], 1)) if not w.is_contiguous() else w
+        return super()._run(x, w, out, M)
+
+
+class OutPointerRoundedTo32(UnfusedGemmRs):
+    """The output pointer rounded down to the store width: an epilogue of 32-byte vector stores that takes
+    ``out_ptr & ~31`` (a kernel written for outputs the allocator hands out, 256-byte aligned) where the contract
+    asks 16: an ``out`` 16 bytes past a 32-byte boundary -- a slice of a larger buffer, a guarded payload -- gets
+    its rows 8 elements early: the 16 bytes before it overwritten, its last 8 elements never written."""
+
+    name = "mutant-out-pointer-rounded-to-32"
+
+    def _run(self, x, w, out, M):
+        if out is None or out.data_ptr() % 32 == 0 or out.storage_offset() < 8:
+            return super()._run(x, w, out, M)
+        y = super()._run(x, w, out.clone(), M)  # the rows as the kernel computed them
+        n = self.valid_rows(M)
+        early = torch.as_strided(out, (n * self.N,), (1,), out.storage_offset() - 8)
+        early.copy_(y[:n].reshape(-1))
+        return out
+
+
 # --- groups, instances, dispatch (issue 14) ----------------------------------------------------------------
 
 
@@ -1258,6 +1318,11 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # a silent fallback (31st session): can_run declines what the class declares its main path serves
     MutantSpec("MainPathDeclinedOnViews", (2,), ("declared_config_served",)),
     MutantSpec("FlagWordsInDefaultDtype", (2,), ("call_raised",)),
+    # audit (32nd session): layouts the bad-call table did not make, an out no guarded payload put at 16 mod 32
+    MutantSpec("AliasCheckByStart", (2,), ("bad_call_rejected",)),
+    MutantSpec("RowStridedInputsReadDense", (2,), ("bad_call_rejected",)),
+    MutantSpec("OutPointerRoundedTo32", (2,), ("guard_regions_untouched", "within_tolerance", "bitwise_equal",
+                                               "padded_rows_untouched")),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

@@ -75,6 +75,11 @@ class FusedEpochOrderSigned(_FaultedFused):
     faults = ("epoch_order_signed",)
 
 
+class FusedDoneWaitSkipped(_FaultedFused):
+    name = "fused-fault-done-wait-skipped"
+    faults = ("done_wait_skipped",)
+
+
 class FusedDroppedPart(_FaultedFused):
     name = "fused-fault-dropped-part"
     faults = ("dropped_part",)
@@ -180,6 +185,14 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
                   "(the overwrite races the peer's reads); caught statically by the pinned PTX",
                   race=("the overwrite of partials a late peer still reads, past 2^31 epochs: the late peer must "
                         "read in the window: caught statically by test_epoch_faults_change_the_wrap_handling_only")),
+    GpuMutantSpec("FusedDoneWaitSkipped", "done_wait_skipped",
+                  "write after read: no wait for the peers' done words before a call's first store, so a rank's next "
+                  "call overwrites its partials while a late peer still reads the last call's",
+                  "within_tolerance / bitwise_equal on calls launched back to back (Case.burst: test_back_to_back, "
+                  "drawn compute bursts); every other call has the oracle's collective before the next",
+                  tests=("test_back_to_back",),
+                  race=("the overwrite of partials a peer still reads: the peer must read in the window, ranks "
+                        "time-slicing one GPU: caught statically by test_done_wait_skipped_drops_the_done_spins")),
     GpuMutantSpec("FusedDroppedPart", "dropped_part",
                   "split-K: the combine adds K parts 0..P-2 (the last part of K is never added)",
                   "within_tolerance / bitwise_equal at M <= 512, K >= 128 (a split-K config); also at W = 1",

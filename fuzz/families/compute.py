@@ -2,8 +2,9 @@
 (:func:`fuzz.families.verified.verified_call`: properties 1-6) and 10 no_systematic_bias on its shard, then
 7 repeatable (``repeat`` calls at ms[0]), 8 fresh_per_call (each result == a fresh instance's first call at
 that M), 11 batch_invariant (``batch_m``: ms[0]'s tokens again inside another batch, see
-:func:`batch_invariance`) and 9 inputs_changed_in_place (see :func:`inputs_changed_in_place`). An M the
-implementation waives (``unaligned_m``) is a per-example skip."""
+:func:`batch_invariance`) and 9 inputs_changed_in_place (see :func:`inputs_changed_in_place`); with
+``case.burst`` the calls once more, back to back (:func:`back_to_back`). An M the implementation waives
+(``unaligned_m``) is a per-example skip."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from properties.result import CheckResult
 
 from ..case import Case
 from .context import RankContext, aligned_if_waived, close_impl, waiver
-from .verified import verified_call
+from .verified import check_call, launch_call, verified_call
 
 INPLACE_SEED_OFFSET = 1_000_003  # inputs written in place: a seed no call of a case uses
+BURST_SEED_OFFSET = 2_000_003  # the back-to-back calls' inputs: new values, seeds no other call of a case uses
 
 
 def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
@@ -61,6 +63,35 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             checks.append(batch_invariance(ctx, impl, case, y, ctx.w(case, seed, kind), M, seed, kind))
     if sequence:
         checks.append(fresh_per_call(sequence, rank=r))
+    if case.burst:
+        checks += back_to_back(ctx, impl, case)
+    return checks
+
+
+def back_to_back(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
+    """The calls of ``case.ms`` once more (two at ms[0] where ms has one M), each on inputs of its own seed, launched
+    back to back -- no wait, no oracle between them; the late rank's delay before each, on its stream -- then
+    properties 1-6 of each after one ``ctx.sync()`` (tags ``burst<i>``). The family's other calls each have the
+    oracle's collective (which lines the ranks up) or at least a wait before the next -- the repeats aside, on the
+    same inputs -- so a rank whose next call overwrites the data a peer still reads (a done wait skipped or passed
+    early) was right in all of them; only the two fixed counter-wrap cases made calls like these. Waived Ms
+    (``unaligned_m``) are left out; fewer than two calls left is a skip with the reason."""
+    W = ctx.world_size
+    calls = list(zip(case.ms, case.call_kinds()))
+    if len(calls) == 1:
+        calls = calls * 2
+    unaligned_waived = waiver(impl, "unaligned_m")
+    calls = [(M, kind) for M, kind in calls if not (unaligned_waived and M % W)]
+    if len(calls) < 2:
+        return [skipped("back_to_back", f"fewer than two calls of M = {case.ms} left to run back to back (M not a "
+                        f"multiple of W={W}, waived by the implementation: {unaligned_waived})", rank=ctx.rank,
+                        per_example=True)]
+    launched = [launch_call(ctx, impl, case, M, case.seed + BURST_SEED_OFFSET + i, tag=f"burst{i}", late=True,
+                            kind=kind) for i, (M, kind) in enumerate(calls)]
+    ctx.sync()
+    checks: list[CheckResult] = []
+    for call in launched:
+        checks += check_call(ctx, impl, case, call)[0]
     return checks
 
 

@@ -179,6 +179,9 @@ FAULT_PROTOCOL = {
     "epoch_order_signed": ("pull", "the done words are compared with a signed `<` instead of the wrap-safe signed "
                                    "difference: once the epochs cross 2^31 a peer's done word of the previous "
                                    "epoch reads as reached (shared data overwritten while the peer reads it)"),
+    "done_wait_skipped": ("pull", "no wait for the peers' done words before a call's first TMA store: a rank's "
+                                  "next call overwrites its partials while a late peer may still read the last "
+                                  "call's"),
     # split-K builds of the pull kernel (kernel.fused.gemm_rs, configs with split_k)
     "dropped_part": ("pull", "split-K: the combine adds K parts 0..P-2: the last part is never added"),
     "bf16_parts": ("pull", "split-K: each fp32 K part is rounded to bf16 before the combine adds it (the "

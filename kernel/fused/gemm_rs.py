@@ -118,6 +118,9 @@ row at partial row ``W*S``, one past the padded partial (in guard A when ``S`` i
 never written since the workspace was zeroed satisfies an equality wait. ``epoch_order_signed``: the done
 waits compare ``seen < expected`` (signed) instead of the signed difference, wrong once the epochs cross 2^31
 (:mod:`kernel.fused.rs_protocol`; the gate reaches both wraps through ``advance_call_counter``).
+``done_wait_skipped``: no wait for the peers' ``done`` words before a call's first TMA store (nor the proxy fence
+after it): a rank's next call overwrites its partials while a late peer still reads the last call's (seen only
+where calls run back to back: ``Case.burst``).
 Split-K builds only: ``dropped_part`` (the sum adds parts 0..P-2), ``bf16_parts`` (each part rounded to bf16
 before it is stored), ``unordered_part_signal`` (no barrier between the part stores and thread 0's ready word),
 ``unwaited_slices`` (W > 1: the tile's last unit signals the owners without waiting for the other slices).
@@ -340,8 +343,9 @@ class HopperGemmRsBF16(CrossRankGemm):
 
             # Before the first TMA store overwrites our partials: every rank finished reading the
             # previous call's (done[p] reached the previous epoch). Spun on by the lanes that issue the stores.
-            if warp_idx == self.epi_store_warp_id:
-                self.wait_peers_done(my_flags, prev_epoch)
+            if cutlass.const_expr("done_wait_skipped" not in self.faults):
+                if warp_idx == self.epi_store_warp_id:
+                    self.wait_peers_done(my_flags, prev_epoch)
 
             read_state, release_state, num_k_blocks, tma_store_pipeline = self.consumer_pipelines(tCrA)
 

@@ -14,7 +14,12 @@ from fuzz.families import RankContext
 from fuzz.families.bad_call import reject
 from kernel.fused import FusedGemmRs
 from kernel.unfused import UnfusedGemmRs
-from mutants.catalogue import NonContiguousXHandled, OutOverlappingWAccepted
+from mutants.catalogue import (
+    AliasCheckByStart,
+    NonContiguousXHandled,
+    OutOverlappingWAccepted,
+    RowStridedInputsReadDense,
+)
 from oracle import make_w, make_x
 from properties import sentinel_like
 
@@ -62,9 +67,45 @@ def test_an_implementation_accepting_one_class_fails_exactly_that_entry():
     good = _good(5, 64, 128)
     failed = [name for name, entry in BAD_CALLS.items()
               if not _reject(OutOverlappingWAccepted, entry, good).passed]
-    assert failed == ["out_overlaps_w"]
+    assert failed == ["out_overlaps_w", "out_inside_w"]
     res = _reject(OutOverlappingWAccepted, BAD_CALLS["out_overlaps_w"], good)
     assert "call was accepted; expected LayoutError" in res.detail and "w" in res.detail.split("changed: ")[1]
+
+
+@pytest.mark.parametrize("mutant, entries", [
+    # an aliasing check of start addresses: every partial overlap accepted, the exact ones still rejected
+    (AliasCheckByStart, ["out_inside_x", "out_before_x", "out_inside_w"]),
+    # a layout check of the column stride and alignment alone: packed-apart rows accepted
+    (RowStridedInputsReadDense, ["x_row_strided", "w_row_strided"]),
+])
+def test_the_32nd_sessions_entries_each_fail_the_check_they_model(mutant, entries):
+    """Entries added where the audit found the gate passing an implementation (32nd session): each fails the
+    mutant that models its bug, only there, and a row-strided x read as dense is a WRONG result, not only a
+    contract violation."""
+    good = _good(5, 64, 128)
+    failed = [name for name, entry in BAD_CALLS.items() if not _reject(mutant, entry, good).passed]
+    assert failed == entries
+    if mutant is RowStridedInputsReadDense:
+        res = _reject(mutant, BAD_CALLS["x_row_strided"], good, judge=lambda y: (False, "rows from the padding"))
+        assert res.extra["accepted_result_correct"] is False and "WRONG" in res.detail
+
+
+def test_partial_overlaps_stay_16_byte_aligned_and_overlap():
+    """The partly overlapping entries' operands are aligned (an alignment check cannot reject them in place of the
+    overlap check) and really share bytes with out; the row-strided ones are dense rows, packed apart."""
+    from kernel.checks import overlaps
+
+    good = _good(5, 64, 128)
+    for name in ("out_inside_x", "out_before_x", "out_inside_w"):
+        x, w, out = BAD_CALLS[name].build(good, 5)
+        operand = w if name.endswith("_w") else x
+        assert overlaps(out, operand) and out.data_ptr() != operand.data_ptr(), name
+        assert out.data_ptr() % 16 == 0 and operand.data_ptr() % 16 == 0, name
+        assert torch.equal(operand, good.w if name.endswith("_w") else good.x), name
+    for name, operand in (("x_row_strided", 0), ("w_row_strided", 1)):
+        t = BAD_CALLS[name].build(good, 5)[operand]
+        assert t.stride() == (t.shape[1] + 8, 1) and not t.is_contiguous(), name
+        assert torch.equal(t, (good.x, good.w)[operand]), name
 
 
 def test_an_accepted_same_values_call_is_judged():

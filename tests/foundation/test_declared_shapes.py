@@ -14,12 +14,15 @@ from hypothesis import HealthCheck, find, given, settings
 from fuzz.case import Case
 from fuzz.families import RankContext
 from fuzz.strategies import (
+    BURST_DELAY_MS,
     DRAWN_DELAYS_MS,
     LATE_RANK_DELAY_MS,
     MODEL_SHAPES,
     SHAPES,
     TAIL_RANGES,
     all_shapes,
+    back_to_back_cases,
+    compute_cases,
     declared_support,
     late_rank_cases,
     model_shape_cases,
@@ -257,6 +260,23 @@ def test_the_late_rank_case_is_far_past_every_drawn_skew():
     assert case.ms == [9] and case.kind == "exact" and case.out == "guarded" and case.layout is None
     assert late_rank_cases(4, aligned=True)[0].ms == [8]
     assert (case.N, case.K) == SHAPES["cpu"][0] and late_rank_cases(2, "shared-gpu")[0].N == SHAPES["gpu"][0][0]
+
+
+def test_the_back_to_back_case_bursts_three_calls_behind_a_late_rank():
+    assert back_to_back_cases(1) == []
+    (case,) = back_to_back_cases(4)
+    assert case.burst and case.late_rank == 3 and case.delay_ms == BURST_DELAY_MS > 0
+    assert case.ms == [512, 385, 511] and len(set(case.ms)) == 3 and max(case.ms) <= case.max_M
+    assert case.kind == "exact" and case.out == "guarded" and case.layout is None
+    assert back_to_back_cases(4, aligned=True)[0].ms == [512, 384, 512]
+    assert (case.N, case.K) == SHAPES["cpu"][-1] and back_to_back_cases(2, "shared-gpu")[0].N == SHAPES["gpu"][-1][0]
+
+
+def test_the_compute_draw_makes_cases_with_and_without_a_burst():
+    from hypothesis import find
+
+    assert find(compute_cases(2), lambda c: c.burst).burst
+    assert not find(compute_cases(2), lambda c: not c.burst).burst
 
 
 # --- views (issue 15, item 2) -------------------------------------------------------------------------------

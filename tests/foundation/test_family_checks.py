@@ -56,3 +56,77 @@ def test_the_dispatch_family_tags_each_step_with_the_side_the_layer_takes():
     sides = sorted({(c.extra["call"], c.extra["M"], c.extra["side"]) for c in checks if "side" in c.extra})
     assert sides == [("layer0", 127, "torch"), ("layer1", 128, "op"), ("layer2", 127, "torch"),
                      ("layer3", 127, "torch"), ("layer4", 128, "op")]
+
+
+class _WrongWhenBackToBack(UnfusedGemmRs):
+    """A test implementation wrong only on a call that follows its last one with neither the oracle nor a wait
+    between them (the harness's ``reference`` and ``sync``, patched below, clear the mark): what a rank whose next
+    call overwrites the data a peer still reads looks like -- right wherever the ranks were lined up in between."""
+
+    name = "test-wrong-when-back-to-back"
+    live: list = []  # every instance: the oracle's reference clears each one's mark
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if getattr(self, "pending", False):
+            y[: self.valid_rows(M)].add_(1.0)
+        self.pending = True
+        type(self).live.append(self)
+        return y
+
+
+def _burst_run(monkeypatch, impl_cls, case):
+    """``run_on_one_cpu_rank``, recording the order of the calls, the oracle's references and the syncs."""
+    from fuzz.families import context
+
+    events = []
+    call, reference, sync = context.RankContext.call, context.RankContext.reference, context.RankContext.sync
+
+    def recorded_call(self, impl, x, w, out=None, *, tag, **kw):
+        events.append(tag)
+        return call(self, impl, x, w, out, tag=tag, **kw)
+
+    def recorded_reference(self, x, w):
+        events.append("reference")
+        for impl in _WrongWhenBackToBack.live:
+            impl.pending = False
+        return reference(self, x, w)
+
+    def recorded_sync(self):
+        events.append("sync")
+        for impl in _WrongWhenBackToBack.live:
+            impl.pending = False
+        return sync(self)
+
+    monkeypatch.setattr(context.RankContext, "call", recorded_call)
+    monkeypatch.setattr(context.RankContext, "reference", recorded_reference)
+    monkeypatch.setattr(context.RankContext, "sync", recorded_sync)
+    _WrongWhenBackToBack.live.clear()
+    return run_on_one_cpu_rank(impl_cls, case), events
+
+
+def test_a_burst_launches_its_calls_back_to_back_and_checks_each(monkeypatch):
+    """``Case.burst``: the calls of ms once more, on new inputs, with no oracle and no wait between them, then one
+    sync and the checks of each (tags burst<i>); the family's other calls (no repeats here) each have the oracle or
+    a wait before the next. A result wrong only back to back fails there and nowhere else."""
+    case = Case("compute", ms=[5, 9], kind="exact", repeat=1, burst=True, **BASE)
+    checks, events = _burst_run(monkeypatch, UnfusedGemmRs, case)
+    first = events.index("burst0")
+    assert events[first: first + 3] == ["burst0", "burst1", "sync"]
+    assert events[first + 3:].count("reference") == 2
+    for i, M in enumerate(case.ms):
+        made = {c.name for c in checks if c.extra.get("call") == f"burst{i}" and not c.skipped}
+        assert {"within_tolerance", "bitwise_equal", "guard_regions_untouched", "path_taken"} <= made, made
+        assert all(c.passed or c.skipped for c in checks if c.extra.get("call") == f"burst{i}")
+        assert next(c for c in checks if c.extra.get("call") == f"burst{i}" and c.name == "path_taken").extra["M"] == M
+    # one M: two calls at it, each on its own inputs
+    checks, events = _burst_run(monkeypatch, UnfusedGemmRs, Case("compute", ms=[5], repeat=1, burst=True, **BASE))
+    assert [e for e in events if e.startswith("burst")] == ["burst0", "burst1"]
+    # wrong only back to back: the burst's checks fail (its second call), every verified call passes
+    checks, _ = _burst_run(monkeypatch, _WrongWhenBackToBack, case)
+    failed = failed_checks(checks)
+    assert failed and {c.extra.get("call") for c in failed} == {"burst1"}, [c.render() for c in failed]
+    assert {c.name for c in failed} >= {"within_tolerance", "bitwise_equal"}
+    checks, _ = _burst_run(monkeypatch, _WrongWhenBackToBack, Case("compute", ms=[5, 9], kind="exact", repeat=1,
+                                                                    **BASE))
+    assert not failed_checks(checks)  # no burst: the same implementation passes the case

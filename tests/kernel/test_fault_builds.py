@@ -281,6 +281,20 @@ def test_epoch_faults_change_the_wrap_handling_only(builds):
 
 @pytest.mark.kernel
 @needs_cutlass
+def test_done_wait_skipped_drops_the_done_spins(builds):
+    """The write-after-read build: the W spins on the done words before the first TMA store (two acquiring loads
+    each: the first read and the loop's) and the proxy fence after them are gone; the ready waits, the signals and
+    the peer loads are intact. A race ranks time-slicing one GPU open only when a peer reads in the window: this
+    is the check that catches every such build."""
+    base, bad = builds[("pull", 2, "")], builds[("pull", 2, "done_wait_skipped")]
+    assert _count(base, LD_ACQUIRE) == 8 and _count(bad, LD_ACQUIRE) == 8 - 2 * 2
+    assert _count(base, PROXY_FENCE) == 2 and _count(bad, PROXY_FENCE) == 1
+    for pattern in (ST_RELEASE, ST_RELAXED_GPU, LD_PEER, ST_OUT):
+        assert _count(bad, pattern) == _count(base, pattern), pattern
+
+
+@pytest.mark.kernel
+@needs_cutlass
 @pytest.mark.parametrize("fault", ["write_past_capacity", "padding_written"])
 def test_stray_row_faults_add_one_store_path(builds, fault):
     base, bad = builds[("pull", 2, "")], builds[("pull", 2, fault)]

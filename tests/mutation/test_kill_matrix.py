@@ -313,7 +313,8 @@ def test_a_gpu_race_survivor_is_named_not_killed_and_only_a_named_race_may_survi
 
     raced = [s for s in GPU_CATALOGUE if s.race]
     assert {s.fault for s in raced} == {"relaxed_signal", "epoch_order_signed", "unordered_part_signal",
-                                        "unwaited_slices", "consumer_fence_missing", "early_signal"}
+                                        "unwaited_slices", "consumer_fence_missing", "early_signal",
+                                        "done_wait_skipped"}
     static = open(os.path.join(meta.REPO, "tests", "kernel", "test_fault_builds.py")).read()
     for s in raced:
         named = re.findall(r"\btest_\w+", s.race)
