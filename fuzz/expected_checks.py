@@ -26,8 +26,8 @@ EVERY_TOPOLOGY = frozenset({
     # instances, dispatch
     "other_instances_untouched", "should_run_stable", "memory_bounded", "released_on_close",
     "dispatch_agrees_across_ranks", "dispatch_sides_agree",
-    # capacity, bad_call
-    "capacity_rejected", "bad_call_rejected",
+    # capacity, bad_call (its lone rank at W > 1)
+    "capacity_rejected", "bad_call_rejected", "bad_call_rejected_alone",
 })
 #: Made only where CUDA runs (CUDA graphs, streams): on the CPU each is skipped with its reason.
 CUDA_ONLY = frozenset({

@@ -369,6 +369,50 @@ class CollectiveBeforeCheck(UnfusedGemmRs):
         return self._run(x, w, out, M)
 
 
+class SlotCounterBeforeCheck(UnfusedGemmRs):
+    """State stepped before the checks: the call counter that picks the double-buffered partials slot (``calls %
+    2``: a call writes one slot while a late peer may still read the other) is advanced at the top of the call,
+    before validation, so a rejected call advances it too. Every rank making the same bad call stays in step; one
+    rank whose operand alone is bad does not: from its next call on it writes one slot and reads its peers' other,
+    they read its other -- the previous call's partials, silently (peer reads emulated: every rank's two slots are
+    all-gathered, each rank sums its peers' partials from the slot of its own counter)."""
+
+    name = "mutant-slot-counter-before-check"
+
+    def __init__(self, group=None, *, max_M, N, K, device=None):
+        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
+        rows = self.world_size * self.shard_rows(max_M)
+        with torch.inference_mode(False):
+            self._slots = torch.zeros(2, rows, N, dtype=torch.bfloat16, device=self.device)
+        self._calls = 0
+
+    def __call__(self, x, w, out=None):
+        self._calls += 1  # the slot of this call, chosen first
+        return super().__call__(x, w, out)
+
+    def _run(self, x, w, out, M):
+        S, W, r = self.shard_rows(M), self.world_size, self.rank
+        slot = self._calls % 2
+        mine = self._slots[slot, : W * S]
+        self._gemm(x, w, mine[:M])
+        mine[M:].zero_()
+        both = self._slots[:, : W * S].contiguous()
+        if W > 1 and collectives.backend_of(self.group) != "none":
+            everyone = [torch.empty_like(both) for _ in range(W)]
+            if both.device.type == "cpu" or collectives.backend_of(self.group) != "gloo":
+                dist.all_gather(everyone, both, group=self.group)
+            else:
+                host = [torch.empty_like(both, device="cpu") for _ in range(W)]
+                dist.all_gather(host, both.cpu(), group=self.group)
+                everyone = [h.to(both.device) for h in host]
+        else:
+            everyone = [both]
+        shard = torch.zeros(S, self.N, dtype=torch.float32, device=self.device)
+        for p in range(W):  # the peers' partials of this rank's rows, from the slot of this rank's counter
+            shard += everyone[p][slot, r * S:(r + 1) * S].float()
+        return _finish(self, out, shard.to(torch.bfloat16), M)
+
+
 class RowStridedOutAccepted(UnfusedGemmRs):
     """A padded-row ``out`` (right shape, unit column stride, row stride > N) accepted and written as if its
     rows were dense: the epilogue computes row addresses from N, not from ``out.stride(0)``."""
@@ -1318,9 +1362,11 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # a silent fallback (31st session): can_run declines what the class declares its main path serves
     MutantSpec("MainPathDeclinedOnViews", (2,), ("declared_config_served",)),
     MutantSpec("FlagWordsInDefaultDtype", (2,), ("call_raised",)),
-    # audit (32nd session): layouts the bad-call table did not make, an out no guarded payload put at 16 mod 32
+    # audit (32nd session): layouts the bad-call table did not make, a bad call on one rank alone, an out no guarded
+    # payload put at 16 mod 32
     MutantSpec("AliasCheckByStart", (2,), ("bad_call_rejected",)),
     MutantSpec("RowStridedInputsReadDense", (2,), ("bad_call_rejected",)),
+    MutantSpec("SlotCounterBeforeCheck", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_bad_call",)),
     MutantSpec("OutPointerRoundedTo32", (2,), ("guard_regions_untouched", "within_tolerance", "bitwise_equal",
                                                "padded_rows_untouched")),
 )

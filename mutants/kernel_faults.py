@@ -188,8 +188,10 @@ GPU_CATALOGUE: tuple[GpuMutantSpec, ...] = (
     GpuMutantSpec("FusedDoneWaitSkipped", "done_wait_skipped",
                   "write after read: no wait for the peers' done words before a call's first store, so a rank's next "
                   "call overwrites its partials while a late peer still reads the last call's",
-                  "within_tolerance / bitwise_equal on calls launched back to back (Case.burst: test_back_to_back, "
-                  "drawn compute bursts); every other call has the oracle's collective before the next",
+                  "within_tolerance / bitwise_equal on calls made back to back (drawn bursts, the fixed back-to-back "
+                  "case, the repeats), or device_fault: a peer's equality wait on a ready word the next call already "
+                  "moved on spins into the kernels' 60 s trap (as the first GPU matrix with it killed it, in a drawn "
+                  "compute case after 20 cases, 32nd session)",
                   tests=("test_back_to_back",),
                   race=("the overwrite of partials a peer still reads: the peer must read in the window, ranks "
                         "time-slicing one GPU: caught statically by test_done_wait_skipped_drops_the_done_spins")),

@@ -66,7 +66,7 @@ NIGHTLY_ONLY = frozenset({"byte_boundary"})
 #: out= clauses reported as skipped where the implementation waives out= (the case runs with out=None)
 OUT_CLAUSES = ("returns_out", "padded_rows_untouched")
 #: families whose calls pass out= when the case says so
-OUT_FAMILIES = ("compute", "capacity", "graph", "instances", "streams", "wrap")
+OUT_FAMILIES = ("compute", "capacity", "graph", "instances", "streams", "wrap", "bad_call")
 
 __all__ = ["FAMILIES", "NIGHTLY_ONLY", "SANITIZER_FAMILIES", "RankContext", "describe_exception", "run_case",
            "settled_guards"]

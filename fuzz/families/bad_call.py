@@ -1,7 +1,8 @@
 """The bad_call family: an invalid call of the bad-call table (:data:`fuzz.bad_calls.BAD_CALLS`; ``bad``
 names one, or "all" for every one in turn on the same instance) raises its typed error and changes
 nothing (``bad_call_rejected``). An accepted bad call whose operands hold a good call's values also says
-whether its result was right (``extra["accepted_result_correct"]``)."""
+whether its result was right (``extra["accepted_result_correct"]``). At W > 1, then one rank makes one of the
+calls every rank rejected cleanly again, alone, and all make a valid call after (:func:`rejected_alone`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from properties.result import CheckResult
 from ..bad_calls import BAD_CALLS, BadCall, GoodCall
 from ..case import Case
 from .context import RankContext, aligned_if_waived, waiver
+from .verified import verified_call
+
+#: The valid call after a rank's lone bad call: inputs of a seed no other call of a case uses.
+ALONE_SEED_OFFSET = 3_000_017
 
 
 def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
@@ -57,7 +62,45 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
             res = reject(ctx, impl, entry, good_at(M), name="bad_call_rejected", judge=judge)
         res.extra.update(bad=entry.name, M=M)
         checks.append(res)
+    if W > 1:
+        checks += rejected_alone(ctx, impl, case, checks, good_at(drawn))
     return checks
+
+
+def rejected_alone(ctx: RankContext, impl, case: Case, checks: list[CheckResult], good: GoodCall) -> list[CheckResult]:
+    """The contract's reason for "no collective before a rejection", tested as it happens in a server: one rank's
+    operand alone is bad. Of the entries every rank rejected cleanly at the drawn M, the case's seed picks one and
+    a group rank; that rank makes the bad call again while its peers make none (``bad_call_rejected_alone``: the
+    typed error, nothing changed), then every rank lines up (a barrier) and makes one valid call
+    (``after_alone``: properties 1-6). A handshake before the checks that no collective op shows -- a store
+    rendezvous, a device-side barrier on symmetric memory -- leaves the lone rank waiting (a hang, with every
+    rank's stack), and one that does not wait, or state stepped before the checks (a call counter, a buffer
+    slot), puts the lone rank out of step with its peers: the valid call after is wrong or hangs. Made on every
+    rank at once, as the entries above were, both pass. Skipped, with the reason, where no entry was rejected
+    cleanly on every rank."""
+    r, W = ctx.rank, ctx.world_size
+    clean = [c.extra["bad"] for c in checks
+             if c.name == "bad_call_rejected" and c.passed and not c.skipped and c.extra.get("M") == good.M]
+    agreed = ctx.gather(clean)
+    common = [name for name in BAD_CALLS if all(name in names for names in agreed.values())]
+    if not common:
+        return [skipped("bad_call_rejected_alone", f"no entry of the table every rank rejected cleanly at M={good.M} "
+                        "(their own checks say why)", rank=r, per_example=True)]
+    entry = BAD_CALLS[common[case.seed % len(common)]]
+    lone = case.seed % W
+    out = []
+    if r == lone:
+        res = reject(ctx, impl, entry, good, name="bad_call_rejected_alone")
+        res.extra.update(bad=entry.name, M=good.M, alone=lone)
+        if not res.passed:
+            res.detail = f"made by group rank {lone} alone (its peers made no call): {res.detail}"
+        out.append(res)
+    ctx.barrier()
+    call_checks, _, _ = verified_call(ctx, impl, case, good.M, case.seed + ALONE_SEED_OFFSET, tag="after_alone",
+                                      late=False)
+    for c in call_checks:
+        c.extra.setdefault("alone", {"rank": lone, "bad": entry.name})
+    return out + call_checks
 
 
 def reject(ctx: RankContext, impl, entry: BadCall, good: GoodCall, *, name: str, judge=None,
