@@ -35,9 +35,9 @@ class Guarded:
         self.rows, self.cols, self.g = rows, cols, guard_rows
         gw = guard_rows * cols
         # the payload starts 16-byte aligned whatever cols is (the contract's alignment for out=), and no more: 16
-        # bytes past a 32-byte boundary (so past no 64-, 128- or 256-byte one either). Placed at a multiple of 32
-        # bytes -- what 2 guard rows of any N % 8 == 0 gave until the 32nd session -- no out of the fused kernel's
-        # shapes was ever one the allocator would not hand out, and an epilogue assuming wider alignment passed
+        # bytes past a 32-byte boundary (so at no 64-, 128- or 256-byte boundary either). Until the 32nd session 2
+        # guard rows of any N % 8 == 0 put it at a multiple of 32 bytes, so an epilogue assuming a wider alignment
+        # than the contract's passed every case
         self.front_words = -(-gw // ALIGN_WORDS) * ALIGN_WORDS
         if (self.front_words // ALIGN_WORDS) % 2 == 0:
             self.front_words += ALIGN_WORDS

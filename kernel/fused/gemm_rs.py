@@ -119,8 +119,9 @@ never written since the workspace was zeroed satisfies an equality wait. ``epoch
 waits compare ``seen < expected`` (signed) instead of the signed difference, wrong once the epochs cross 2^31
 (:mod:`kernel.fused.rs_protocol`; the gate reaches both wraps through ``advance_call_counter``).
 ``done_wait_skipped``: no wait for the peers' ``done`` words before a call's first TMA store (nor the proxy fence
-after it): a rank's next call overwrites its partials while a late peer still reads the last call's (seen only
-where calls run back to back: ``Case.burst``).
+after it): a rank's next call overwrites its partials -- and its ready words -- while a late peer still reads (or
+waits on) the last call's. Seen only where calls run back to back (``Case.burst``, the repeats) and a peer is in
+that window: ranks time-slicing one GPU open it rarely (a race of the GPU kill matrix).
 Split-K builds only: ``dropped_part`` (the sum adds parts 0..P-2), ``bf16_parts`` (each part rounded to bf16
 before it is stored), ``unordered_part_signal`` (no barrier between the part stores and thread 0's ready word),
 ``unwaited_slices`` (W > 1: the tile's last unit signals the owners without waiting for the other slices).
