@@ -107,9 +107,10 @@ def test_late_rank(pool):
 
 
 def test_back_to_back(pool):
-    """Calls launched back to back (no wait, no oracle between them), the last rank 5 ms late before each: every
-    other call of the gate has a collective between it and the next, which lines the ranks up, so a rank whose next
-    call overwrites data a peer still reads (a done wait skipped, or passed early) was right everywhere else. The
+    """Calls launched back to back (no wait, no oracle between them), the last rank 5 ms late before each: the
+    gate's other calls each have the oracle's collective (which lines the ranks up) or a wait before the next, so a
+    rank whose next call overwrites data a peer still reads (a done wait skipped, or passed early) was right
+    almost everywhere else (the repeats, on the same inputs, aside). The
     whole world, M = 512, 385, 511 verified, then again on new inputs back to back, exact, guarded outs. A fixed
     case (the draw's compute cases make bursts too, mostly of few rows); its failure prints its REPRO line."""
     world_size, topology = _where(pool)

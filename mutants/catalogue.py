@@ -397,16 +397,10 @@ class SlotCounterBeforeCheck(UnfusedGemmRs):
         self._gemm(x, w, mine[:M])
         mine[M:].zero_()
         both = self._slots[:, : W * S].contiguous()
-        if W > 1 and collectives.backend_of(self.group) != "none":
+        everyone = [both]
+        if W > 1 and collectives.backend_of(self.group) != "none":  # a CPU mutant: gloo takes the tensors as they are
             everyone = [torch.empty_like(both) for _ in range(W)]
-            if both.device.type == "cpu" or collectives.backend_of(self.group) != "gloo":
-                dist.all_gather(everyone, both, group=self.group)
-            else:
-                host = [torch.empty_like(both, device="cpu") for _ in range(W)]
-                dist.all_gather(host, both.cpu(), group=self.group)
-                everyone = [h.to(both.device) for h in host]
-        else:
-            everyone = [both]
+            dist.all_gather(everyone, both, group=self.group)
         shard = torch.zeros(S, self.N, dtype=torch.float32, device=self.device)
         for p in range(W):  # the peers' partials of this rank's rows, from the slot of this rank's counter
             shard += everyone[p][slot, r * S:(r + 1) * S].float()
