@@ -61,13 +61,12 @@ bad_call  an invalid call from the bad-call table (fuzz/bad_calls.py; ``bad``: o
 byte_boundary (nightly, GPU) max_M = ms[0] with rows * N * 2 bytes crossing 2^31 and 2^32 (``byte_limits``):
           rejected with a typed error (byte_boundary_rejected) or computed right on the rows at every boundary
           (within_tolerance, bitwise_equal; fuzz/families/byte_boundary.py).
-graph     (CUDA) capture at ms[0], replay ``repeat`` times with inputs changed in place and out poisoned
-          before every replay: every replay within tolerance of a fresh oracle; the next eager call too.
 graph     (CUDA) deep graphs: one graph per M (ms, plus both sides of the tile switch and of should_run's
           crossover), replayed in interleaved rounds (>= 3) with inputs changed in place and out poisoned
-          before every replay, an eager call between rounds, one round on another stream: every replay
-          within tolerance of a fresh oracle (graph_replay, graph_replay_exact, graph_replay_padding); the
-          next eager call too.
+          before every replay, an eager call between rounds, one round on another stream, then each graph
+          replayed in a row (``late_rank`` sleeping ``delay_ms`` before each replay, no host wait between):
+          every replay within tolerance of a fresh oracle (graph_replay, graph_replay_exact,
+          graph_replay_padding); the next eager call too.
 instances several live instances (the pool's one of the case's shape, ``shapes``: the case's own), calls
           interleaved (``order``), then ``recreate``: instances closed and built again at other sizes; every
           call 1-6, other_instances_untouched (across each call, every other instance's state and red

@@ -196,6 +196,9 @@ def shard_boundary_cases(world_size: int, topology: str = "cpu",
 LATE_RANK_SEED, LATE_RANK_MAX_M, LATE_RANK_DELAY_MS = 9900, 512, 2000
 #: The late rank's delays a drawn case takes (100 ms: above any natural jitter of a loaded host).
 DRAWN_DELAYS_MS = (0, 5, 30, 100)
+#: A graph case's late rank is late before each replay in a row (``fuzz.families.graph``, step 5): a few ms, enough
+#: for its peers' replays to read before it writes (the far-late cases are the eager families').
+GRAPH_DELAYS_MS = (5, 30)
 
 
 def late_rank_cases(world_size: int, topology: str = "cpu", supports: Callable[[int, int], Eligibility] | None = None,
@@ -522,14 +525,20 @@ def bad_call_cases(draw, world_size: int, topology: str = "cpu", max_M: int | No
 def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None = None,
                 supports: Callable[[int, int], Eligibility] | None = None) -> Case:
     """Deep graphs: 1-2 drawn M (the family adds both sides of the tile switch and of should_run's
-    crossover), at least 3 rounds of replays."""
+    crossover), at least 3 rounds of replays, then each graph replayed in a row with one rank late (drawn last:
+    the draws above keep their examples)."""
     max_M = max_M or MAX_M[machine(topology)]
     N, K = draw(shapes(topology, supports))
     ms = draw(st.lists(m_values(world_size, max_M), min_size=1, max_size=2, unique=True))
     kind = draw(st.sampled_from(["gaussian", "exact"]))
     out = draw(st.sampled_from(["guarded", "none"]))
-    return Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=3,
+    case = Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=3,
                 layout=draw(layouts(world_size)))
+    late_rank = draw(st.integers(0, world_size - 1))
+    if case.layout is not None:
+        late_rank = min(late_rank, min(len(g) for g in case.layout) - 1)  # a group rank every group has
+    case.late_rank, case.delay_ms = late_rank, draw(st.sampled_from(GRAPH_DELAYS_MS))
+    return case
 
 
 #: M of stream cases: large enough that the call's kernels outlast the caller's next steps

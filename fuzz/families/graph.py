@@ -13,8 +13,16 @@ replays them between eager steps. On the case's long-lived instance:
    eager verified call at another M on the same instance (eager calls between replays);
 4. every replay: ``graph_replay`` (within tolerance of a fresh oracle), ``graph_replay_exact`` (exact
    inputs: bitwise), ``graph_replay_padding`` (untouched with out=, +0.0 for the graph's own output);
-   ``extra`` says which graph (``graph_M``) and which replay; then an eager call after the graphs are
-   gone still passes every per-call property (flags and epochs consistent).
+   ``extra`` says which graph (``graph_M``) and which replay;
+5. each graph replayed :data:`IN_A_ROW` times in a row, as an engine's decode loop replays one graph: nothing
+   between the replays but the new inputs written in place, ``out`` poisoned, the late rank's delay (on its
+   stream) and the result copied out, all stream-ordered; one sync, then step 4's checks of each copy
+   (``replay="in_a_row<i>"``; exact inputs against the exact truth). The rounds of step 3 put another graph or
+   an eager call between two replays of a graph: a flag protocol whose replays repeat one epoch (a host-side
+   counter baked into the graph) finds the flags of its own last replay raised and reads a late peer's
+   partials before they are written -- only here;
+6. an eager call after the graphs are gone still passes every per-call property (flags and epochs
+   consistent).
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ MIN_ROUNDS = 3
 MAX_GRAPHS = 5
 EAGER_SEED_OFFSET = 500
 REPLAY_SEED_STRIDE = 1000
+#: Step 5: replays of one graph in a row, and where their inputs' seeds start (within the graph's stride).
+IN_A_ROW = 3
+IN_A_ROW_SEED_OFFSET = 700
 
 
 class Captured:
@@ -92,6 +103,7 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
         eager, _, _ = verified_call(ctx, impl, case, M_eager, case.seed + EAGER_SEED_OFFSET + rnd,
                                     tag=f"eager_between_replays{rnd}", late=False)
         checks += eager
+    checks += in_a_row(ctx, case, graphs)
     del graphs
     after, _, _ = verified_call(ctx, impl, case, ms[0], case.seed + 99, tag="eager_after_graph", late=False)
     return checks + after
@@ -115,11 +127,8 @@ def graph_ms(ctx: RankContext, impl, case: Case) -> list[int]:
 
 def replay(ctx: RankContext, case: Case, g: Captured, rnd: int, *, stream=None) -> list[CheckResult]:
     """New inputs into the graph's x and w, its out poisoned, one replay (on ``stream`` if given), checks."""
-    r = ctx.rank
     seed = case.seed + g.index * REPLAY_SEED_STRIDE + 1 + rnd
-    g.x.copy_(ctx.x(case, seed, g.M))
-    g.w.copy_(ctx.w(case, seed))
-    g.out.copy_(sentinel_like(g.out.shape, device=ctx.device))
+    refill(ctx, case, g, seed)
     before = g.out.clone()
     if stream is None:
         g.graph.replay()
@@ -129,16 +138,52 @@ def replay(ctx: RankContext, case: Case, g: Captured, rnd: int, *, stream=None) 
             g.graph.replay()
         torch.cuda.current_stream().wait_stream(stream)
     ctx.sync()
+    ref = ctx.reference(g.x, g.w) if case.kind == "exact" else None
+    return judge(ctx, case, g, g.out, before, seed, ref, replay=rnd, on_other_stream=stream is not None)
+
+
+def in_a_row(ctx: RankContext, case: Case, graphs: list[Captured]) -> list[CheckResult]:
+    """Step 5: each graph :data:`IN_A_ROW` times in a row on the current stream (no host wait between: inputs
+    refilled, ``out`` poisoned, the late rank's delay, the replay and a copy of the result are all queued), one
+    sync, then each copy judged against its own inputs' truth."""
+    late = case.late_rank == ctx.rank and case.delay_ms > 0
+    checks: list[CheckResult] = []
+    for g in graphs:
+        made = []
+        for i in range(IN_A_ROW):
+            seed = case.seed + g.index * REPLAY_SEED_STRIDE + IN_A_ROW_SEED_OFFSET + i
+            refill(ctx, case, g, seed)
+            if late:
+                ctx.delay(case.delay_ms)
+            g.graph.replay()
+            made.append((seed, g.out.clone()))
+        ctx.sync()
+        before = sentinel_like(g.out.shape, device=ctx.device)
+        for i, (seed, y) in enumerate(made):
+            checks += judge(ctx, case, g, y, before, seed, None, replay=f"in_a_row{i}", on_other_stream=False)
+    return checks
+
+
+def refill(ctx: RankContext, case: Case, g: Captured, seed: int) -> None:
+    """The inputs of ``seed`` written into the graph's own x and w, its out poisoned (queued on the stream)."""
+    g.x.copy_(ctx.x(case, seed, g.M))
+    g.w.copy_(ctx.w(case, seed))
+    g.out.copy_(sentinel_like(g.out.shape, device=ctx.device))
+
+
+def judge(ctx: RankContext, case: Case, g: Captured, y, before, seed: int, ref, **extra) -> list[CheckResult]:
+    """Step 4's checks of one replay's result ``y`` (out held ``before``): the truth of ``seed``'s inputs; exact
+    inputs bitwise against the oracle ``ref`` where given, else against the exact truth."""
+    r = ctx.rank
     truth = ctx.truth(case, seed, g.M)
-    ref = ctx.reference(g.x, g.w)
     if g.out_waived:
-        padding = fresh_padding_zero(g.out, g.n_valid, rank=r, row_offset=g.row0, name="graph_replay_padding")
+        padding = fresh_padding_zero(y, g.n_valid, rank=r, row_offset=g.row0, name="graph_replay_padding")
     else:
-        padding = padded_rows_untouched(g.out, before, g.n_valid, rank=r, row_offset=g.row0,
-                                        name="graph_replay_padding")
-    out = [within_tolerance(g.out, truth, rank=r, name="graph_replay"), padding]
+        padding = padded_rows_untouched(y, before, g.n_valid, rank=r, row_offset=g.row0, name="graph_replay_padding")
+    out = [within_tolerance(y, truth, rank=r, name="graph_replay"), padding]
     if case.kind == "exact":
-        out.append(bitwise_equal(g.out, ref, g.n_valid, rank=r, row_offset=g.row0, name="graph_replay_exact"))
+        expected = ref if ref is not None else truth.y[: g.n_valid].to(torch.bfloat16)
+        out.append(bitwise_equal(y, expected, g.n_valid, rank=r, row_offset=g.row0, name="graph_replay_exact"))
     for c in out:
-        c.extra.update(replay=rnd, graph_M=g.M, M=g.M, on_other_stream=stream is not None)
+        c.extra.update(graph_M=g.M, M=g.M, **extra)
     return out

@@ -130,3 +130,60 @@ def test_a_burst_launches_its_calls_back_to_back_and_checks_each(monkeypatch):
     checks, _ = _burst_run(monkeypatch, _WrongWhenBackToBack, Case("compute", ms=[5, 9], kind="exact", repeat=1,
                                                                     **BASE))
     assert not failed_checks(checks)  # no burst: the same implementation passes the case
+
+
+class _FakeGraph:
+    """A replayable "graph" on the CPU (the family's step 5 without CUDA): each replay writes the shard of
+    ``x @ w.T`` into ``out``; ``lag`` makes it use the inputs its previous replay saw (what a replay reading the
+    partials its own last replay left, before the peers wrote this one's, returns)."""
+
+    def __init__(self, g, lag: bool):
+        self.g, self.lag, self.seen = g, lag, None
+
+    def replay(self):
+        g = self.g
+        x, w = (self.seen if self.lag and self.seen is not None else (g.x, g.w))
+        self.seen = (g.x.clone(), g.w.clone())
+        g.out[: g.n_valid].copy_((x.float() @ w.float().T)[: g.n_valid].to(g.out.dtype))
+
+
+def _in_a_row(lag: bool, kind: str, late_rank=None):
+    import types
+
+    import torch
+
+    from fuzz.families import graph
+    from fuzz.families.context import RankContext
+    from properties import sentinel_like
+
+    case = Case("graph", ms=[6], kind=kind, out="guarded", late_rank=late_rank, delay_ms=1 if late_rank is not None
+                else 0, **BASE)
+    ctx = RankContext(UnfusedGemmRs, rank=0, world_size=1, device=torch.device("cpu"))
+    # a shard of 8 rows, 6 valid (as rank 0's at M = 14, W = 2): two padding rows to leave untouched
+    g = types.SimpleNamespace(M=6, index=0, S=8, n_valid=6, row0=0, out_waived=False,
+                              x=ctx.x(case, 1, 6), w=ctx.w(case, 1), out=sentinel_like((8, case.N)))
+    g.graph = _FakeGraph(g, lag)
+    delays = []
+    ctx.delay = delays.append
+    return graph.in_a_row(ctx, case, [g]), delays
+
+
+def test_graphs_replayed_in_a_row_are_each_judged_on_their_own_inputs():
+    """Step 5 of the graph family: IN_A_ROW replays of one graph with nothing between, each result copied before the
+    next replay and judged against its own inputs' truth (exact: bitwise). A replay that returns what its previous
+    inputs gave fails from the second replay on; the late rank's delay comes before each replay."""
+    from fuzz.families.graph import IN_A_ROW
+
+    for kind in ("exact", "gaussian"):
+        checks, delays = _in_a_row(lag=False, kind=kind, late_rank=0)
+        assert checks and not failed_checks(checks), [c.render() for c in failed_checks(checks)]
+        assert delays == [1] * IN_A_ROW
+        names = {"graph_replay", "graph_replay_padding"} | ({"graph_replay_exact"} if kind == "exact" else set())
+        for i in range(IN_A_ROW):
+            made = {c.name for c in checks if c.extra["replay"] == f"in_a_row{i}" and not c.skipped}
+            assert made == names, (kind, i, made)
+        checks, _ = _in_a_row(lag=True, kind=kind)
+        failed = failed_checks(checks)
+        assert {c.extra["replay"] for c in failed} == {f"in_a_row{i}" for i in range(1, IN_A_ROW)}, kind
+        assert "graph_replay" in {c.name for c in failed}
+    assert _in_a_row(lag=False, kind="exact")[1] == []  # no late rank: no delay
