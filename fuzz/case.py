@@ -68,9 +68,11 @@ graph     (CUDA) deep graphs: one graph per M (ms, plus both sides of the tile s
           every replay within tolerance of a fresh oracle (graph_replay, graph_replay_exact,
           graph_replay_padding); the next eager call too.
 instances several live instances (the pool's one of the case's shape, ``shapes``: the case's own), calls
-          interleaved (``order``), then ``recreate``: instances closed and built again at other sizes; every
-          call 1-6, other_instances_untouched (across each call, every other instance's state and red
-          zones), should_run_stable (each instance's should_run answers at birth and at the end).
+          interleaved (``order``), the same calls again back to back (``late_rank`` sleeping ``delay_ms``
+          before each, no wait and no oracle between them), then ``recreate``: instances closed and built
+          again at other sizes; every call 1-6, other_instances_untouched (across each verified call, every
+          other instance's state and red zones), should_run_stable (each instance's should_run answers at birth
+          and at the end).
 dispatch  a layer: ``if op.should_run(x) and op.can_run(w): op(x, w) else reduce_scatter(x @ w.T)``, M
           from ``ms`` and both sides of should_run's crossover: dispatch_agrees_across_ranks,
           should_run_stable, the implementation's call within tolerance and dispatch_sides_agree with the

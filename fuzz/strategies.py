@@ -196,8 +196,9 @@ def shard_boundary_cases(world_size: int, topology: str = "cpu",
 LATE_RANK_SEED, LATE_RANK_MAX_M, LATE_RANK_DELAY_MS = 9900, 512, 2000
 #: The late rank's delays a drawn case takes (100 ms: above any natural jitter of a loaded host).
 DRAWN_DELAYS_MS = (0, 5, 30, 100)
-#: A graph case's late rank is late before each replay in a row (``fuzz.families.graph``, step 5): a few ms, enough
-#: for its peers' replays to read before it writes (the far-late cases are the eager families').
+#: The late rank's delays of the graph family's replays in a row (``fuzz.families.graph``, step 5) and of the
+#: instances family's calls back to back: a few ms, enough for the peers to read before it writes (the far-late
+#: cases are the compute family's and the fixed test's).
 GRAPH_DELAYS_MS = (5, 30)
 
 
@@ -456,8 +457,17 @@ def instances_cases(draw, world_size: int, topology: str = "cpu", max_M: int | N
     recreate = [[n, k, draw(st.sampled_from(INSTANCE_MAX_MS))] for n, k in recreate]
     kind = draw(st.sampled_from(KINDS))
     out = draw(st.sampled_from(["guarded", "none"]))
-    return Case("instances", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
+    case = Case("instances", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=1,
                 shapes=own, order=list(order), recreate=recreate or None, layout=draw(layouts(world_size)))
+    # drawn last (the draws above keep their examples): the rank late before each call of the back-to-back step
+    case.late_rank, case.delay_ms = _late_rank(draw, world_size, case.layout), draw(st.sampled_from(GRAPH_DELAYS_MS))
+    return case
+
+
+def _late_rank(draw, world_size: int, layout) -> int:
+    """A group rank every group of ``layout`` has (any rank of the world without one)."""
+    late_rank = draw(st.integers(0, world_size - 1))
+    return late_rank if layout is None else min(late_rank, min(len(g) for g in layout) - 1)
 
 
 #: M values a layer meets around the contract's default should_run threshold (128); the family adds both
@@ -534,10 +544,7 @@ def graph_cases(draw, world_size: int, topology: str = "cpu", max_M: int | None 
     out = draw(st.sampled_from(["guarded", "none"]))
     case = Case("graph", draw(st.integers(0, 2**31 - 1)), N, K, max_M, ms, kind, out, repeat=3,
                 layout=draw(layouts(world_size)))
-    late_rank = draw(st.integers(0, world_size - 1))
-    if case.layout is not None:
-        late_rank = min(late_rank, min(len(g) for g in case.layout) - 1)  # a group rank every group has
-    case.late_rank, case.delay_ms = late_rank, draw(st.sampled_from(GRAPH_DELAYS_MS))
+    case.late_rank, case.delay_ms = _late_rank(draw, world_size, case.layout), draw(st.sampled_from(GRAPH_DELAYS_MS))
     return case
 
 

@@ -11,6 +11,11 @@ max_M), inputs of kind ``kinds[i]``. Then for each entry j of ``recreate`` the c
 once more. Checks:
 
 * every call: a verified call (properties 1-6 of :mod:`fuzz.case`, with that instance's shape);
+* the interleaved calls once more, on new inputs, launched back to back (:func:`back_to_back`: no wait, no oracle
+  between them, the late rank's delay before each), then properties 1-6 of each (tags ``<instance>.burst<i>``):
+  a forward pass's layers, one instance's call right after another's. The verified calls line the ranks up
+  between any two calls, so an instance whose call overwrites data a late peer still reads for another
+  instance's call (a buffer shared between instances whose flags are their own) was right in every one;
 * ``other_instances_untouched``: across each call, every other live instance keeps the bits of its state
   tensors and red zones (a flag area, workspace or epoch shared between instances shows here);
 * ``should_run_stable``: each instance's ``should_run`` answers at probed M (1, max_M and both sides of
@@ -35,9 +40,10 @@ from properties.state import snapshot, state_unchanged
 from ..case import Case
 from .context import RankContext, aligned_if_waived, close_impl
 from .crossover import crossover_neighbours, should_run_asker
-from .verified import verified_call
+from .verified import check_call, launch_call, verified_call
 
 RECREATE_SEED_OFFSET = 5_000_011
+BURST_SEED_OFFSET = 3_000_017
 MEMORY_SEED_OFFSET = 7_000_003
 #: The largest M of the memory probe (:func:`memory_probe`): a buffer kept per M or per call is rows x N wherever
 #: the rows are; larger M only make the probe's calls slower (CPU bf16 GEMMs).
@@ -69,6 +75,7 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
         kinds = case.call_kinds()
         for i, (M, which) in enumerate(zip(case.ms, order)):
             checks += checked_call(ctx, live, which, M, case.seed + i, kinds[i], tag=f"{live[which].label}.call{i}")
+        checks += back_to_back(ctx, live, case, order, kinds)
         for j, (N, K, max_M) in enumerate(case.recreate or []):
             slot = 1 + j % len(case.shapes)
             label = live[slot].label
@@ -131,6 +138,24 @@ def checked_call(ctx: RankContext, live: list[Live], which: int, M: int, seed: i
                                 during=f"a call of {inst.label} (N={inst.case.N}, K={inst.case.K}, M={M})")
     untouched.extra.update(call=tag, M=M)
     return checks + [untouched]
+
+
+def back_to_back(ctx: RankContext, live: list[Live], case: Case, order: list[int],
+                 kinds: list[str]) -> list[CheckResult]:
+    """The calls of ``ms`` to the instances of ``order`` again, each on inputs of its own seed, launched one after
+    another with no wait and no oracle between them (the late rank's delay before each, on its stream), then one
+    sync and properties 1-6 of each, in launch order."""
+    launched = []
+    for i, (M, which) in enumerate(zip(case.ms, order)):
+        inst = live[which]
+        M = aligned_if_waived(inst.impl, min(M, inst.case.max_M), ctx.world_size, inst.case.max_M)
+        launched.append((inst, launch_call(ctx, inst.impl, inst.case, M, case.seed + BURST_SEED_OFFSET + i,
+                                           tag=f"{inst.label}.burst{i}", late=True, kind=kinds[i])))
+    ctx.sync()
+    checks: list[CheckResult] = []
+    for inst, call in launched:
+        checks += check_call(ctx, inst.impl, inst.case, call)[0]
+    return checks
 
 
 def memory_probe(ctx: RankContext, inst: Live) -> CheckResult:

@@ -75,6 +75,21 @@ class _WrongWhenBackToBack(UnfusedGemmRs):
         return y
 
 
+class _WrongAfterAnotherInstance(UnfusedGemmRs):
+    """A test implementation wrong only on a call that follows another instance's call with neither the oracle nor
+    a wait between them: instances sharing a buffer whose flags are their own look like this."""
+
+    name = "test-wrong-after-another-instance"
+    last: list = [None]  # the instance that made the last call since the ranks were last lined up
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if type(self).last[0] not in (None, self):
+            y[: self.valid_rows(M)].add_(1.0)
+        type(self).last[0] = self
+        return y
+
+
 def _burst_run(monkeypatch, impl_cls, case):
     """``run_on_one_cpu_rank``, recording the order of the calls, the oracle's references and the syncs."""
     from fuzz.families import context
@@ -86,16 +101,19 @@ def _burst_run(monkeypatch, impl_cls, case):
         events.append(tag)
         return call(self, impl, x, w, out, tag=tag, **kw)
 
-    def recorded_reference(self, x, w):
-        events.append("reference")
+    def lined_up():
         for impl in _WrongWhenBackToBack.live:
             impl.pending = False
+        _WrongAfterAnotherInstance.last[0] = None
+
+    def recorded_reference(self, x, w):
+        events.append("reference")
+        lined_up()
         return reference(self, x, w)
 
     def recorded_sync(self):
         events.append("sync")
-        for impl in _WrongWhenBackToBack.live:
-            impl.pending = False
+        lined_up()
         return sync(self)
 
     monkeypatch.setattr(context.RankContext, "call", recorded_call)
@@ -187,3 +205,22 @@ def test_graphs_replayed_in_a_row_are_each_judged_on_their_own_inputs():
         assert {c.extra["replay"] for c in failed} == {f"in_a_row{i}" for i in range(1, IN_A_ROW)}, kind
         assert "graph_replay" in {c.name for c in failed}
     assert _in_a_row(lag=False, kind="exact")[1] == []  # no late rank: no delay
+
+
+def test_the_instances_family_calls_the_instances_again_back_to_back(monkeypatch):
+    """After the verified interleaved calls, the same calls once more on new inputs with no oracle and no wait
+    between them (tags ``<instance>.burst<i>``, the late rank's delay before each), then one sync and the checks of
+    each. A result wrong only right after another instance's call fails there and nowhere else."""
+    case = Case("instances", ms=[5, 9, 6], kind="exact", repeat=1, shapes=[[32, 48, 64]], order=[0, 1, 0], **BASE)
+    checks, events = _burst_run(monkeypatch, UnfusedGemmRs, case)
+    tags = ["instance 0.burst0", "instance 1.burst1", "instance 0.burst2"]
+    first = events.index(tags[0])
+    assert events[first: first + 4] == [*tags, "sync"], events[first:]
+    for tag in tags:
+        made = {c.name for c in checks if c.extra.get("call") == tag and not c.skipped}
+        assert {"within_tolerance", "bitwise_equal", "guard_regions_untouched", "path_taken"} <= made, (tag, made)
+    assert not failed_checks(checks)
+    checks, _ = _burst_run(monkeypatch, _WrongAfterAnotherInstance, case)
+    failed = failed_checks(checks)
+    assert {c.extra.get("call") for c in failed} == set(tags[1:]), [c.render() for c in failed]
+    assert {c.name for c in failed} >= {"within_tolerance", "bitwise_equal"}
