@@ -1106,6 +1106,47 @@ class XPaddedInPlace(UnfusedGemmRs):
         return super()._run(x, w, out, M)
 
 
+class XPaddedInPlaceRestored(UnfusedGemmRs):
+    """:class:`XPaddedInPlace` tidied up: the rows after x (the caller's next tensor in a packed buffer) are saved,
+    zeroed to pad x to W * S rows in place, and put back once the result is made. Every byte the caller reads after
+    the call is as it was; while the call ran, its next tensor held zeros -- a reader on another stream, or the
+    next layer's kernel already queued behind a late collective, sees them."""
+
+    name = "mutant-x-padded-in-place-restored"
+
+    def _run(self, x, w, out, M):
+        rows = self.world_size * self.shard_rows(M)
+        room = x.untyped_storage().nbytes() // x.element_size() - x.storage_offset()
+        if rows <= M or room < rows * self.K:
+            return super()._run(x, w, out, M)
+        tail = torch.as_strided(x, (rows, self.K), (self.K, 1))[M:]
+        saved = tail.clone()
+        tail.zero_()
+        try:
+            return super()._run(x, w, out, M)
+        finally:
+            tail.copy_(saved)
+
+
+class InputScaledAndUnscaled(UnfusedGemmRs):
+    """A per-tensor scale folded into the caller's activations in place and undone after the call (``x *= 2**-4``
+    to keep a low-precision intermediate in range, then ``x *= 2**4``): powers of two, so x gets back its exact bits
+    (no value here is near bf16's subnormals), and the result is right -- but while the call ran, x held other
+    values: the caller's residual stream, read on another stream, was scaled."""
+
+    name = "mutant-input-scaled-and-unscaled"
+    SCALE = 2.0**-4
+
+    def _run(self, x, w, out, M):
+        x.mul_(self.SCALE)
+        try:
+            y = super()._run(x, w, out, M)
+            y[: self.valid_rows(M)].mul_(1 / self.SCALE)
+            return y
+        finally:
+            x.mul_(1 / self.SCALE)
+
+
 class EpochStamped(UnfusedGemmRs):
     """Not a bug: the correct implementation with a flag protocol's call counter, emulated on the host -- a
     staging buffer of the shard in 64-row blocks, each with a ready word holding the epoch the block was last
@@ -1327,6 +1368,9 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     # inputs (18th session): the caller's x changed by the call
     MutantSpec("InputRescaledInPlace", (2,), ("inputs_untouched", "repeatable")),
     MutantSpec("XPaddedInPlace", (2,), ("inputs_untouched",)),
+    # written while the call ran, put back before it returned: seen in the call's ops, not in its end state
+    MutantSpec("XPaddedInPlaceRestored", (2,), ("inputs_untouched",)),
+    MutantSpec("InputScaledAndUnscaled", (2,), ("inputs_untouched",)),
     # audit (20th session): a bad operand decided after a collective; a padded-row out written dense; the empty
     # rank's row count not clamped at 0
     MutantSpec("CollectiveBeforeCheck", (2,), ("bad_call_rejected", "capacity_rejected")),

@@ -14,6 +14,7 @@ from .rejection import call_raised, rejected_cleanly
 from .repeatability import repeatable
 from .result import CheckResult, PropertyViolation, skipped
 from .result_contract import (
+    caller_writes,
     fresh_padding_zero,
     fresh_result,
     inputs_changed,
@@ -46,6 +47,7 @@ __all__ = [
     "fresh_per_call",
     "fresh_result",
     "guard_regions_untouched",
+    "caller_writes",
     "inputs_changed",
     "inputs_untouched",
     "is_device_fault",

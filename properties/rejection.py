@@ -28,12 +28,15 @@ NO_WORK_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "n
 
 
 class OpsSeen(TorchDispatchMode):
-    """The collectives and the work (any other op that is not a view or in :data:`NO_WORK_OPS`) run inside it."""
+    """The collectives and the work (any other op that is not a view or in :data:`NO_WORK_OPS`) run inside it, and
+    what each op wrote: ``written`` -- (op, device, first byte, byte after the last) of every tensor an op's schema
+    marks as written (``Tensor(a!)``: in-place, ``out=``)."""
 
     def __init__(self):
         super().__init__()
         self.collectives: list[str] = []
         self.work: list[str] = []
+        self.written: list[tuple[str, torch.device, int, int]] = []
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -50,7 +53,27 @@ class OpsSeen(TorchDispatchMode):
             self.collectives.append(str(func))
         elif not (func.is_view or (func.namespace == "aten" and func._opname in NO_WORK_OPS)):
             self.work.append(str(func))
+        for i, arg in enumerate(func._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = args[i] if i < len(args) else (kwargs or {}).get(arg.name)
+                for t in value if isinstance(value, (list, tuple)) else (value,):
+                    span = byte_span(t)
+                    if span is not None:
+                        self.written.append((str(func), t.device, *span))
         return func(*args, **(kwargs or {}))
+
+
+def byte_span(t) -> tuple[int, int] | None:
+    """(first byte, byte after the last) of the memory tensor ``t`` views (its strides' reach); None for no tensor,
+    no elements or no storage to address."""
+    if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.device.type == "meta":
+        return None
+    try:
+        start = t.data_ptr()
+    except RuntimeError:  # no storage (a tensor subclass, a sparse layout)
+        return None
+    reach = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return start, start + (reach + 1) * t.element_size()
 
 
 def rejected_cleanly(call, expected: type[BaseException] | tuple, watched: dict[str, torch.Tensor], *, rank=None,

@@ -140,18 +140,55 @@ def inputs_changed(x: torch.Tensor, w: torch.Tensor, before: tuple[torch.Tensor,
     return torch.stack([_any_word_differs(extent(x), before[0]), _any_word_differs(extent(w), before[1])])
 
 
-def inputs_untouched(changed: list[tuple[str, torch.Tensor]], *, rank=None, name="inputs_untouched") -> CheckResult:
-    """``changed``: (call label, :func:`inputs_changed` of that call). One read-back for all of them."""
+def caller_writes(written, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None) -> list[str]:
+    """What of the caller's memory the ops of a call wrote (``written``: :attr:`properties.rejection.OpsSeen.written`),
+    as "<op> into <x | w | the buffer around out>": any byte of the storages x, w and out view but out's own. Bytes
+    put back before the call returned are caught here (the call's ops are seen, not only its end state): a reader of
+    the caller's on another stream, or its next kernel, sees what was there meanwhile."""
+    from .rejection import byte_span
+
+    regions = []
+    for label, t in (("x", x), ("w", w), ("the buffer around out", out)):
+        if isinstance(t, torch.Tensor) and t.numel():
+            storage = t.untyped_storage()
+            regions.append((label, t.device, storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    own = byte_span(out) if isinstance(out, torch.Tensor) else None
+    found: list[str] = []
+    for op, device, start, end in written:
+        pieces = [(start, end)]
+        if own is not None and device == out.device:  # out's own bytes are the call's to write
+            pieces = [(start, min(end, own[0])), (max(start, own[1]), end)]
+        for label, where, lo, hi in regions:  # named by the first region it reaches (x, w, out may share a buffer)
+            if where == device and any(max(a, lo) < min(b, hi) for a, b in pieces):
+                entry = f"{op} into {label}"
+                if entry not in found:
+                    found.append(entry)
+                break
+    return found
+
+
+def inputs_untouched(changed: list[tuple], *, rank=None, name="inputs_untouched") -> CheckResult:
+    """``changed``: (call label, :func:`inputs_changed` of that call[, :func:`caller_writes` of it]). One read-back for
+    all of them."""
     n = len(changed)
-    flags = read_back([f[0] for _, f in changed] + [f[1] for _, f in changed])
-    bad = [(label, [which for which, flag in (("x", flags[i]), ("w", flags[n + i])) if flag])
-           for i, (label, _) in enumerate(changed)]
+    flags = read_back([entry[1][0] for entry in changed] + [entry[1][1] for entry in changed])
+    bad = [(entry[0], [which for which, flag in (("x", flags[i]), ("w", flags[n + i])) if flag])
+           for i, entry in enumerate(changed)]
     bad = [(label, which) for label, which in bad if which]
-    if not bad:
+    wrote = [(entry[0], entry[2]) for entry in changed if len(entry) > 2 and entry[2]]
+    if not bad and not wrote:
         return CheckResult(name=name, passed=True, rank=rank, total=n,
                            detail=f"{n} calls left their x and w with the bits they had")
-    what = ", ".join(f"{label}: {' and '.join(which)}" for label, which in bad)
-    return CheckResult(name=name, passed=False, rank=rank, total=n, n_wrong=len(bad),
-                       extra={"changed": [label for label, _ in bad]},
-                       detail=f"{len(bad)} of {n} calls changed their inputs ({what}): x and w, and the buffers "
-                              "they are views of, are the caller's, read-only to the implementation")
+    labels = list(dict.fromkeys([label for label, _ in bad] + [label for label, _ in wrote]))
+    parts = []
+    if bad:
+        what = ", ".join(f"{label}: {' and '.join(which)}" for label, which in bad)
+        parts.append(f"{len(bad)} of {n} calls changed their inputs ({what})")
+    if wrote:
+        what = "; ".join(f"{label}: {', '.join(ops)}" for label, ops in wrote)
+        parts.append(f"{len(wrote)} of {n} calls wrote into the caller's memory while they ran, put back or not "
+                     f"({what})")
+    return CheckResult(name=name, passed=False, rank=rank, total=n, n_wrong=len(labels),
+                       extra={"changed": labels},
+                       detail="; ".join(parts) + ": x and w, and the buffers they and out are views of (out's own "
+                              "bytes aside), are the caller's, read-only to the implementation")

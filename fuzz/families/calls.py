@@ -17,7 +17,8 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
                          own x and w;
 * ``fresh_padding_zero`` — without ``out=``: padding rows are +0.0 (not inside a graph capture: no values yet);
 * ``inputs_untouched`` — at the end of the case: no eager call changed its ``x`` or ``w`` (compared on the device
-  right after each call, read back once);
+  right after each call, read back once), nor did any torch op of the call write into the storages x, w or out view
+  (out's own bytes aside: :func:`properties.caller_writes`), put back before it returned or not;
 * ``ambient_state_kept`` — at the end of the case: no eager call, nor the construction of an instance in the case
   (``RankContext.new_impl``), left the caller's current device or stream, grad mode, default dtype, math flags or
   random generators changed (host reads right before and after each, ``properties/ambient.py``).
@@ -46,6 +47,7 @@ from properties import (
     ambient_snapshot,
     ambient_state_kept,
     call_raised,
+    caller_writes,
     declared_claim,
     declared_config_served,
     device_fault,
@@ -165,7 +167,7 @@ class CaseCalls:
         impl.last_path = None
         watched = watch_inputs(x, w) if not captured else None
         signature = tuple(getattr(impl, "fallback_ops", ()) or ()) if expected == impl.main_path else ()
-        seen = OpsSeen() if signature else None
+        seen = OpsSeen() if signature or watched is not None else None  # eager: what its ops wrote, too
         # the snapshots inside the mode's context: its exit restores grad mode, which would hide a call's leak of it
         with AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext(), \
                 self.as_the_caller(f"{tag} (M={M})", impl.device) if not captured else contextlib.nullcontext():
@@ -176,7 +178,8 @@ class CaseCalls:
                 self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
                 raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
         if watched is not None:
-            self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched)))
+            wrote = caller_writes(seen.written, x, w, out)
+            self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched), wrote))
         contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)
         ran = tuple(op for op in (seen.ops() if seen is not None else ()) if op in signature)
         checks = [path_taken(impl.last_path, expected, reason, rank=r, main_path=impl.main_path, fallback_ops_ran=ran),

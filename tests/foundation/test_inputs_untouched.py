@@ -65,5 +65,67 @@ def test_a_write_around_an_offset_view_fails_the_view_itself_unchanged(where):
         buf[8 + x.numel() + OFFSET_TAIL_ROWS * 16 - 1] = 0
     assert torch.equal(x, x0)
     check = inputs_untouched([("call0 (M=8)", inputs_changed(x, w, before))])
-    assert not check.passed and "call0 (M=8): x" in check.detail and "buffers they are views of" in check.detail
+    assert not check.passed and "call0 (M=8): x" in check.detail and "buffers they and out are views of" in check.detail
 
+
+
+def _writes(fn):
+    from properties.rejection import OpsSeen
+
+    seen = OpsSeen()
+    with seen:
+        fn()
+    return seen.written
+
+
+def test_caller_writes_names_every_write_into_the_callers_memory_but_outs_own_bytes():
+    from fuzz.families.context import offset_view
+    from properties import Guarded, caller_writes
+
+    x0, w = _pair()
+    x = offset_view(x0, 8, "cpu")
+    guarded = Guarded(3, 16, device="cpu")
+    out = guarded.payload
+    scratch = torch.zeros(8, 16, dtype=torch.bfloat16)
+
+    def fine():
+        torch.mm(x, w.T, out=scratch[:, :4])
+        out.copy_(scratch[:3])
+        out.zero_()
+
+    assert caller_writes(_writes(fine), x, w, out) == []
+    assert caller_writes(_writes(lambda: x.mul_(2).mul_(0.5)), x, w, out) == ["aten.mul_.Tensor into x"]
+    tail = x._base[8 + x.numel():]  # the packed buffer's next tensor: x's neighbour, put back at once
+    assert caller_writes(_writes(lambda: tail.copy_(tail.clone())), x, w, out) == ["aten.copy_.default into x"]
+    assert caller_writes(_writes(lambda: w[0].zero_()), x, w, None) == ["aten.zero_.default into w"]
+    around = guarded.regions()  # a red zone next to out, written and put back
+    zone = next(iter(around.values()))[0]
+    assert caller_writes(_writes(lambda: zone.copy_(zone.clone())), x, w, out) == [
+        "aten.copy_.default into the buffer around out"]
+    # x and out sliced from one buffer (valid: they do not overlap): out's bytes are the call's, x's are not
+    buf = torch.zeros(8 + 3, 16, dtype=torch.bfloat16)
+    x2, out2 = buf[:8], buf[8:]
+    assert caller_writes(_writes(lambda: out2.fill_(1)), x2, w, out2) == []
+    assert caller_writes(_writes(lambda: buf[7:9].fill_(1)), x2, w, out2) == ["aten.fill_.Scalar into x"]
+
+
+def test_a_write_put_back_before_the_call_returned_fails_inputs_untouched():
+    x, w = _pair()
+    clean = inputs_changed(x, w, watch_inputs(x, w))
+    check = inputs_untouched([("call0 (M=8)", clean, []), ("call1 (M=8)", clean, ["aten.mul_.Tensor into x"])])
+    assert not check.passed and check.n_wrong == 1 and check.extra["changed"] == ["call1 (M=8)"]
+    assert "1 of 2 calls wrote into the caller's memory while they ran, put back or not (call1 (M=8): aten.mul_" \
+        in check.detail
+    assert inputs_untouched([("call0 (M=8)", clean, [])]).passed
+
+
+def test_inputs_written_and_put_back_fail_where_the_end_state_alone_passes():
+    # (XPaddedInPlaceRestored pads at W > 1 only: the kill matrix runs it at W = 2)
+    from mutants.catalogue import InputScaledAndUnscaled
+
+    case = Case("compute", seed=3, N=64, K=64, max_M=256, ms=[37], kind="gaussian", repeat=1, offset=8)
+    checks = run_on_one_cpu_rank(InputScaledAndUnscaled, case)
+    failed = failed_checks(checks)
+    assert [c.name for c in failed] == ["inputs_untouched"], [c.render() for c in failed]
+    assert "wrote into the caller's memory while they ran" in failed[0].detail
+    assert "calls changed their inputs" not in failed[0].detail  # the bits were put back
