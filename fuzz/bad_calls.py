@@ -95,10 +95,10 @@ def _expanded(t: torch.Tensor) -> torch.Tensor:
     return t[:1].expand(t.shape[0], t.shape[1])
 
 
-def _misaligned(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s values in a contiguous view starting 2 bytes past a 16-byte boundary."""
+def _misaligned(t: torch.Tensor, by: int = 2) -> torch.Tensor:
+    """``t``'s values in a contiguous view starting ``by`` bytes (even, below 16) past a 16-byte boundary."""
     buf = torch.zeros(t.numel() + 8, dtype=t.dtype, device=t.device)
-    view = buf[1 : 1 + t.numel()].view(t.shape)
+    view = buf[by // 2 : by // 2 + t.numel()].view(t.shape)
     view.copy_(t)
     return view
 
@@ -200,6 +200,13 @@ BAD_CALLS: dict[str, BadCall] = _entries(
             lambda g, S: (g.x, _misaligned(g.w), g.out), same_values=True),
     BadCall("out_misaligned", "out 2 bytes past a 16-byte boundary", (LayoutError,),
             lambda g, S: (g.x, g.w, _misaligned(g.out)), needs_out=True, same_values=True),
+    # 8 bytes past: 8-byte aligned, which a check of 8 (or 4, 2) bytes accepts where the contract asks 16 (TMA's)
+    BadCall("x_misaligned_8", "x 8 bytes past a 16-byte boundary (8-byte aligned)", (LayoutError,),
+            lambda g, S: (_misaligned(g.x, 8), g.w, g.out), same_values=True),
+    BadCall("w_misaligned_8", "w 8 bytes past a 16-byte boundary (8-byte aligned)", (LayoutError,),
+            lambda g, S: (g.x, _misaligned(g.w, 8), g.out), same_values=True),
+    BadCall("out_misaligned_8", "out 8 bytes past a 16-byte boundary (8-byte aligned)", (LayoutError,),
+            lambda g, S: (g.x, g.w, _misaligned(g.out, 8)), needs_out=True, same_values=True),
     # aliasing
     BadCall("out_overlaps_x", "out overlaps x", (LayoutError,), _overlaps_x, needs_out=True),
     BadCall("out_overlaps_w", "out overlaps w", (LayoutError,), _overlaps_w, needs_out=True),

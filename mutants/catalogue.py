@@ -936,6 +936,23 @@ def _dense_rows(t: torch.Tensor) -> bool:
             and t.stride(0) >= t.shape[1])
 
 
+def _aligned_stand_in(t):
+    """An 8-byte (not 16-byte) aligned tensor stood in for by a fresh, aligned copy; anything else as it is."""
+    return t.clone() if isinstance(t, torch.Tensor) and t.numel() and t.data_ptr() % 16 == 8 else t
+
+
+class AlignmentCheckedFor8(UnfusedGemmRs):
+    """The alignment check of 8 bytes (``data_ptr() % 8``, an ``int64``-vector width) where the contract and the
+    fused kernel's TMA descriptors need 16: an operand 8 bytes past a 16-byte boundary -- a slice of a packed buffer
+    at an odd multiple of 4 elements -- is accepted and handed to a kernel that cannot address it (on the GPU an
+    illegal-address fault or a misread; here the values happen to be right). Operands 2 bytes off still fail."""
+
+    name = "mutant-alignment-checked-for-8"
+
+    def validate(self, x, w, out):
+        return super().validate(_aligned_stand_in(x), _aligned_stand_in(w), _aligned_stand_in(out))
+
+
 class RowStridedInputsReadDense(UnfusedGemmRs):
     """Row-strided x or w accepted and read as dense: the layout check tests the column stride and the alignment
     (what a TMA descriptor needs: unit last stride, 16-byte rows), not that rows are packed; the launch then passes
@@ -1370,6 +1387,8 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("XPaddedInPlace", (2,), ("inputs_untouched",)),
     # written while the call ran, put back before it returned: seen in the call's ops, not in its end state
     MutantSpec("XPaddedInPlaceRestored", (2,), ("inputs_untouched",)),
+    # planted-bug audit (33rd session): the table misaligned operands by 2 bytes only
+    MutantSpec("AlignmentCheckedFor8", (2,), ("bad_call_rejected",)),
     MutantSpec("InputScaledAndUnscaled", (2,), ("inputs_untouched",)),
     # audit (20th session): a bad operand decided after a collective; a padded-row out written dense; the empty
     # rank's row count not clamped at 0

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .shards import shard_rows, valid_rows
+
 
 @dataclass
 class Truth:
@@ -32,9 +34,7 @@ class Truth:
 def shard_truth(inputs, rank: int, M: int, device: torch.device | str = "cpu") -> Truth:
     """Truth for ``rank``'s shard. ``inputs``: [(x_r, w_r) for r in range(W)], x_r with all M rows."""
     W = len(inputs)
-    S = -(-M // W)
-    r0 = rank * S
-    n_valid = max(0, min(S, M - r0))
+    r0, n_valid = rank * shard_rows(M, W), valid_rows(M, W, rank)
     rows = [(x[r0 : r0 + n_valid], w) for x, w in inputs]
     return _truth_from_rows(rows, rank, M, W, device)
 
@@ -42,9 +42,7 @@ def shard_truth(inputs, rank: int, M: int, device: torch.device | str = "cpu") -
 def seeded_shard_truth(seed: int, kind: str, rank: int, M: int, N: int, K: int, world_size: int,
                        device: torch.device | str = "cpu") -> Truth:
     """Truth for ``rank``'s shard, rebuilding only the shard's rows of every rank's x."""
-    S = -(-M // world_size)
-    r0 = rank * S
-    n_valid = max(0, min(S, M - r0))
+    r0, n_valid = rank * shard_rows(M, world_size), valid_rows(M, world_size, rank)
     rows = seeded_rows(seed, kind, (r0, r0 + n_valid), M, N, K, world_size, _where(device))
     return _truth_from_rows(rows, rank, M, world_size, device)
 
@@ -87,9 +85,8 @@ def seeded_rows_truth(seed: int, kind: str, rows: tuple[int, int], M: int, N: in
 
 
 def _truth_from_rows(rows, rank: int, M: int, W: int, device) -> Truth:
-    S = -(-M // W)
-    r0 = rank * S
-    n_valid = max(0, min(S, M - r0))
+    S = shard_rows(M, W)
+    r0, n_valid = rank * S, valid_rows(M, W, rank)
     N, K = rows[0][1].shape
     y = torch.full((S, N), float("nan"), dtype=torch.float64, device=device)
     ap = torch.full_like(y, float("nan"))

@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from kernel.checks import shard_rows
+from oracle.shards import shard_rows
 from properties import rejected_cleanly, sentinel_like, skipped, within_tolerance
 from properties.result import CheckResult
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 import kernel.errors as kerr
-from kernel.checks import shard_rows, valid_rows
+from oracle.shards import shard_rows, valid_rows
 from oracle.truth import seeded_rows_truth
 from properties import bitwise_equal, call_raised, path_taken, result_contract, within_tolerance
 from properties.result import CheckResult

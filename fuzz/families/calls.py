@@ -41,7 +41,7 @@ import contextlib
 
 import torch
 
-from kernel.checks import shard_rows, valid_rows
+from oracle.shards import shard_rows, valid_rows
 from properties import (
     ambient_since,
     ambient_snapshot,

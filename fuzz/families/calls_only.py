@@ -8,7 +8,7 @@ a raising call); the values are the gate's families' to judge, never this one's.
 
 from __future__ import annotations
 
-from kernel.checks import shard_rows
+from oracle.shards import shard_rows
 from properties import sentinel_like
 from properties.result import CheckResult
 

@@ -6,7 +6,7 @@ the same instance still passes every per-call property (the instance works after
 
 from __future__ import annotations
 
-from kernel.checks import shard_rows
+from oracle.shards import shard_rows
 from properties import Guarded, sentinel_like, skipped
 from properties.result import CheckResult
 

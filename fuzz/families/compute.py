@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel.checks import shard_rows, valid_rows
+from oracle.shards import shard_rows, valid_rows
 from properties import bitwise_equal, fresh_per_call, repeatable, sentinel_like, skipped, within_tolerance
 from properties.batch_invariance import batch_invariant, invariance_inputs
 from properties.bias import no_systematic_bias

@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 
 from kernel import collectives
-from kernel.checks import shard_rows, valid_rows
 from oracle import reference_gemm_rs
+from oracle.shards import shard_rows, valid_rows
 from properties import bitwise_equal, skipped, within_tolerance
 from properties.dispatch import dispatch_agrees_across_ranks, dispatch_sides_agree, should_run_stable
 from properties.result import CheckResult

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel.checks import shard_rows, valid_rows
+from oracle.shards import shard_rows, valid_rows
 from properties import (
     Guarded,
     bitwise_equal,

@@ -16,7 +16,7 @@ unsupported; :func:`construction_rejected` and :func:`instance_handles`):
 from __future__ import annotations
 
 import kernel.errors as kerr
-from kernel.checks import shard_rows
+from oracle.shards import shard_rows
 from properties import rejected_cleanly, sentinel_like
 from properties.result import CheckResult
 

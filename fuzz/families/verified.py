@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel.checks import shard_rows, valid_rows
+from oracle.shards import shard_rows, valid_rows
 from properties import (
     Guarded,
     bitwise_equal,

@@ -28,7 +28,7 @@ REQUIRED = {
     "x_dtype", "w_dtype", "out_dtype", "x_1d", "x_3d", "w_3d", "w_rows", "w_cols", "k_mismatch", "w_transposed",
     "w_mT", "out_rows", "out_cols", "out_1d", "x_device", "w_device", "out_device", "x_noncontiguous",
     "w_noncontiguous", "out_noncontiguous", "x_misaligned", "w_misaligned", "out_misaligned", "out_overlaps_x",
-    "out_overlaps_w",
+    "out_overlaps_w", "x_misaligned_8", "w_misaligned_8", "out_misaligned_8",
 }
 MAX_M = 64
 
@@ -159,3 +159,16 @@ def test_out_overlap_is_byte_exact_on_both_sides(impl_cls):
     assert spans_overlap((0, 64), (16, 32))  # one inside the other
     assert not spans_overlap(None, (0, 16)) and not spans_overlap((0, 16), None)
 
+
+
+@pytest.mark.parametrize("which", ["x", "w", "out"])
+def test_an_alignment_check_of_8_bytes_fails_the_8_byte_entries_only(which):
+    """Operands 8 bytes past a 16-byte boundary: rejected by the contract's check, accepted by one of 8 bytes
+    (``AlignmentCheckedFor8``), which still rejects the 2-byte entries -- the reason the table has both."""
+    from mutants.catalogue import AlignmentCheckedFor8
+
+    good = _good(8, 32, 48)
+    assert _reject(UnfusedGemmRs, BAD_CALLS[f"{which}_misaligned_8"], good).passed
+    assert _reject(AlignmentCheckedFor8, BAD_CALLS[f"{which}_misaligned"], good).passed
+    check = _reject(AlignmentCheckedFor8, BAD_CALLS[f"{which}_misaligned_8"], good)
+    assert not check.passed and not check.skipped, check.render()

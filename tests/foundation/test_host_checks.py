@@ -67,3 +67,15 @@ def test_should_run_is_m_at_least_the_threshold():
     assert impl.should_run_min_m == 128
     assert [impl.should_run(torch.zeros(m, 8, dtype=torch.bfloat16)) for m in (1, 127, 128, 129)] == \
         [False, False, True, True]
+
+
+def test_an_operand_on_another_device_of_the_same_type_is_a_device_error():
+    """The device check compares the whole device, index included: x on cuda:1 for an instance on cuda:0 is a
+    DeviceError (a check of the device type alone accepts it and hands a kernel another GPU's pointer). The CPU has
+    one device of its type; meta tensors carry the index where ``torch.device("meta", 1)`` names one."""
+    from kernel.checks import check_bf16_2d
+    from kernel.errors import DeviceError
+
+    t = torch.empty(2, 8, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(DeviceError, match="is on meta, this implementation runs on meta:1"):
+        check_bf16_2d("x", t, torch.device("meta", 1))

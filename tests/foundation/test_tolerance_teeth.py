@@ -128,3 +128,25 @@ def test_the_cancel_kind_puts_a_k_prefix_far_above_the_partial():
         assert (prefix > 0).all() and torch.equal(x[:, h : 2 * h], x[:, :h])
         assert float((prefix.abs() / whole.abs().clamp_min(1e-30)).median()) > 2**6
         assert torch.isfinite(whole).all()
+
+
+def test_the_budget_is_the_documented_formula_and_not_a_factor_wider(small_inputs):
+    """The budget pinned to the formula CONTRACT.md ("Numerics") and the module state, with the constants written out
+    here: u16 = 2^-8 (bf16's unit roundoff, not its epsilon 2^-7), u32 = 2^-24, c = 1 + 2^-6. A budget a factor two
+    wide (the epsilon for the unit roundoff) passed every mutant of the catalogue -- each errs far past it, or with a
+    bias ``no_systematic_bias`` sees; an unbiased error of 1.5 budgets, each element's sign its own, must fail."""
+    from properties.tolerance import budget
+
+    rank = 2
+    truth = shard_truth(small_inputs, rank, M)
+    n = truth.n_valid
+    u16, u32, c = 2.0**-8, 2.0**-24, 1.0 + 2.0**-6
+    gamma = K * u32 / (1 - K * u32)
+    expected = c * (u16 * (truth.y[:n].abs() + W * truth.abs_partials[:n]) + gamma * truth.abs_products[:n]) \
+        + (W + 2) * 2.0**-134 + K * 2.0**-150
+    assert torch.equal(budget(truth), expected)
+    signs = torch.where(torch.rand(n, N, generator=torch.Generator().manual_seed(5)) < 0.5, -1.0, 1.0).double()
+    for factor, passes in ((0.9, True), (1.5, False)):
+        y = (truth.y[:n] + factor * signs * expected).float()  # fp32 holds it: no rounding back inside the budget
+        check = within_tolerance(y, truth, rank=rank)
+        assert check.passed is passes, (factor, check.render())

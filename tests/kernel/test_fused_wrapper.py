@@ -944,3 +944,25 @@ def test_built_under_inference_mode_its_state_serves_calls_in_every_mode():
         assert torch.equal(y, want), f"{mode.__name__}: differs from the first call"
     impl.advance_call_counter(3)
     assert torch.equal(impl(x, w), want)
+
+
+def test_each_launch_runs_the_kernel_its_m_chooses(monkeypatch):
+    """``_launch`` keeps the (protocol, tile config) of each M it worked out (the cost model is ~50 us of Python): the
+    kernel queued for a call is the one ``call_protocol`` and ``tile_config_index`` give that M, over a sequence of M
+    that come back and share shard sizes (a cache keyed by the shard rows, or by anything but M, runs another M's
+    kernel -- a path ``path_table`` promised never runs, and the gate's path cases test a kernel the call never
+    used). The launch is recorded, not made (no GPU here); W = 2 set on a CPU instance for the planning."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
+    impl = FusedGemmRs(max_M=4096, N=7168, K=2048, device="cpu")
+    impl.world_size, impl._tile_configs, impl._choices = 2, {}, {}
+    launched = []
+    impl.launch_config = lambda protocol, index, x, w, out, M, splits=None: launched.append((M, protocol, index))
+    ms = [1024, 2048, 512, 1024, 4096, 2047, 2048, 64, 128, 127, 256]
+    for M in ms:
+        impl._launch(None, None, None, M)
+    want = [(M, impl.call_protocol(M), impl.tile_config_index(M)) for M in ms]
+    assert launched == want
+    assert len({(p, i) for _, p, i in want}) >= 2  # the sequence crosses tile configs: a wrong key shows
+    impl.close()
