@@ -27,10 +27,18 @@ NO_WORK_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "n
                          "sym_storage_offset", "is_same_size"})
 
 
+#: Ops whose schema marks a tensor written (``Tensor(a!)``) that change no byte of its data: the allocator's stream
+#: bookkeeping (``record_stream``, which the contract asks of an implementation working on its own stream) and an
+#: ``out=`` op's resize of its output. In-place view ops (``as_strided_``, ``t_``, ``set_``, ``resize_``: tagged
+#: ``inplace_view``) change metadata only too.
+METADATA_WRITES = frozenset({"record_stream", "_resize_output_"})
+
+
 class OpsSeen(TorchDispatchMode):
     """The collectives and the work (any other op that is not a view or in :data:`NO_WORK_OPS`) run inside it, and
     what each op wrote: ``written`` -- (op, device, first byte, byte after the last) of every tensor an op's schema
-    marks as written (``Tensor(a!)``: in-place, ``out=``)."""
+    marks as written (``Tensor(a!)``: in-place, ``out=``), but for ops that write metadata only
+    (:data:`METADATA_WRITES`, the in-place view ops)."""
 
     def __init__(self):
         super().__init__()
@@ -53,7 +61,8 @@ class OpsSeen(TorchDispatchMode):
             self.collectives.append(str(func))
         elif not (func.is_view or (func.namespace == "aten" and func._opname in NO_WORK_OPS)):
             self.work.append(str(func))
-        for i, arg in enumerate(func._schema.arguments):
+        writes_data = torch.Tag.inplace_view not in func.tags and func._opname not in METADATA_WRITES
+        for i, arg in enumerate(func._schema.arguments if writes_data else ()):
             if arg.alias_info is not None and arg.alias_info.is_write:
                 value = args[i] if i < len(args) else (kwargs or {}).get(arg.name)
                 for t in value if isinstance(value, (list, tuple)) else (value,):

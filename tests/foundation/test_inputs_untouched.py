@@ -94,6 +94,20 @@ def test_caller_writes_names_every_write_into_the_callers_memory_but_outs_own_by
         out.zero_()
 
     assert caller_writes(_writes(fine), x, w, out) == []
+
+    def metadata_only():  # no byte of x or w written: views, in-place views, the allocator's bookkeeping
+        x.t_()
+        x.t_()
+        w.detach_()
+        w.as_strided_(w.shape, w.stride())
+
+    assert caller_writes(_writes(metadata_only), x, w, out) == []
+    # (record_stream needs CUDA: its schema marks its tensor written, which is why it is listed as metadata)
+    from properties.rejection import METADATA_WRITES
+
+    for name in METADATA_WRITES:
+        schema = getattr(torch.ops.aten, name).default._schema
+        assert any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments), name
     assert caller_writes(_writes(lambda: x.mul_(2).mul_(0.5)), x, w, out) == ["aten.mul_.Tensor into x"]
     tail = x._base[8 + x.numel():]  # the packed buffer's next tensor: x's neighbour, put back at once
     assert caller_writes(_writes(lambda: tail.copy_(tail.clone())), x, w, out) == ["aten.copy_.default into x"]
