@@ -30,6 +30,26 @@ class _WrapperFault(FusedGemmRs):
         return self._stream
 
 
+class FusedOnItsOwnStream(_WrapperFault):
+    """Not a bug: the control of the stream mutants -- the wrapper runs the kernel on its own stream the way the
+    contract ("Streams") says: the side stream waits for the caller's, x, w and out are ``record_stream``-ed on it
+    (eagerly; a capture keeps its memory anyway), the caller's stream waits for it. Must PASS the gate: a check
+    that takes the allocator's bookkeeping for a write into the caller's memory, or a stream wait for a hazard,
+    fails it."""
+
+    name = "fused-wrapper-on-its-own-stream"
+
+    def _launch(self, x, w, out, M):
+        caller, side = torch.cuda.current_stream(self.device), self._side_stream()
+        side.wait_stream(caller)
+        with torch.cuda.stream(side):
+            super()._launch(x, w, out, M)
+        if not torch.cuda.is_current_stream_capturing():
+            for t in (x, w, out):
+                t.record_stream(side)
+        caller.wait_stream(side)
+
+
 class FusedSideStreamNoWait(_WrapperFault):
     """The call runs on the wrapper's own stream, which does not wait for the caller's stream: the kernel
     reads x and w before the caller's stream has written them (an input produced by the previous op, a
