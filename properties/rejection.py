@@ -47,6 +47,13 @@ class OpsSeen(TorchDispatchMode):
         self.written: list[tuple[str, torch.device, int, int]] = []
 
     @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # torch's hook: an implementation built with torch.compile runs its compiled code inside the mode (which sees
+        # the ops that code dispatches), not an eager fallback -- the default for a mode, and a verdict on a path the
+        # implementation does not take
+        return True
+
+    @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # torch's hook: unwrapped, the dispatch method does not import torch._dynamo at its first call (1.5-2.7 s
         # in every new rank process); it never runs under torch.compile

@@ -143,3 +143,31 @@ def test_inputs_written_and_put_back_fail_where_the_end_state_alone_passes():
     assert [c.name for c in failed] == ["inputs_untouched"], [c.render() for c in failed]
     assert "wrote into the caller's memory while they ran" in failed[0].detail
     assert "calls changed their inputs" not in failed[0].detail  # the bits were put back
+
+
+def test_an_implementation_built_with_torch_compile_runs_its_compiled_code_while_its_ops_are_seen():
+    """Every eager call runs inside ``OpsSeen``; a dispatch mode makes torch.compile fall back to eager unless the mode
+    says it ignores compile internals -- then the gate would judge a path the implementation never takes. The
+    compiled code runs (a backend that records its runs) and the ops it dispatches are still seen."""
+    from properties.rejection import OpsSeen
+
+    runs = []
+
+    def backend(gm, example_inputs):
+        def compiled(*args):
+            runs.append("compiled")
+            return gm.forward(*args)
+        return compiled
+
+    @torch.compile(backend=backend)
+    def layer(x, w):
+        return (x @ w.T).relu()
+
+    x, w = _pair()
+    layer(x, w)
+    runs.clear()
+    seen = OpsSeen()
+    with seen:
+        y = layer(x, w)
+    assert runs == ["compiled"], runs
+    assert "aten.mm" in seen.ops() and torch.equal(y, (x @ w.T).relu())
