@@ -23,3 +23,11 @@ timeout -k 10 560 ./ci/kill-matrix --gpu --jobs 4 > $D/kill.log 2>&1
 # --- call 3: the literal release-gate command --------------------------------------------------------------------
 GEMM_RS_REPORT_DIR=$D/literal PYTHONOPTIMIZE=1 timeout -k 10 540 python3 -m pytest -n auto fuzz/ > $D/literal.log 2>&1
 python3 .kwt/count.py $D/literal
+# --- call 4 (34th session, came up as an H100): the own-stream control, then the fused gate, at 551207d --------------
+# (same .kwt/env.sh, count.py; D=$OUT)
+timeout -k 10 120 ./ci/gate --profile ci --impl mutants.dimension_faults:FusedOnItsOwnStream --topology shared-gpu \
+  --world-sizes 2,4 --time-limit 100 --report-dir $D/gate-own-stream > $D/gate-own-stream.log 2>&1
+python3 .kwt/count.py $D/gate-own-stream
+timeout -k 10 150 ./ci/gate --profile ci --impl fused --topology shared-gpu --world-sizes 2,4 --time-limit 130 \
+  --report-dir $D/gate-fused > $D/gate-fused.log 2>&1
+python3 .kwt/count.py $D/gate-fused
