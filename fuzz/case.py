@@ -14,8 +14,9 @@ Every valid call, in every family (fuzz/families/calls.py):
           fresh_padding_zero (out=None: padding rows are +0.0, as the oracle's)
           call_raised       (fails when a valid call raises: type, message, traceback)
 and per case: earlier_results_unchanged (every result the case holds keeps its bits to the end),
-inputs_untouched (no eager call changed its x or w), ambient_state_kept (no eager call, nor a construction, left the
-caller's device, stream, grad mode, math flags or random generators changed: properties/ambient.py),
+inputs_untouched (no eager call changed its x or w, no call's ops -- a capture's too -- wrote into them),
+ambient_state_kept (no eager call, nor a construction, left the caller's device, stream, grad mode, math flags or
+random generators changed: properties/ambient.py),
 main_path_available (fails every case where the host cannot build the implementation's main path), and at the
 end, once the rank's GPU work is done, guard_regions_untouched of every instance it holds (``extra.when`` "case
 end": a late write past a workspace shows in the case that made it).

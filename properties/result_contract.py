@@ -169,21 +169,25 @@ def caller_writes(written, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor |
 
 def inputs_untouched(changed: list[tuple], *, rank=None, name="inputs_untouched") -> CheckResult:
     """``changed``: (call label, :func:`inputs_changed` of that call[, :func:`caller_writes` of it]). One read-back for
-    all of them."""
+    all of them. A captured call (its :func:`inputs_changed` None: it ran nothing yet) is judged by its ops' writes
+    alone -- each replay of its graph makes them."""
     n = len(changed)
-    flags = read_back([entry[1][0] for entry in changed] + [entry[1][1] for entry in changed])
-    bad = [(entry[0], [which for which, flag in (("x", flags[i]), ("w", flags[n + i])) if flag])
-           for i, entry in enumerate(changed)]
+    ended = [entry for entry in changed if entry[1] is not None]
+    e = len(ended)
+    flags = read_back([entry[1][0] for entry in ended] + [entry[1][1] for entry in ended])
+    bad = [(entry[0], [which for which, flag in (("x", flags[i]), ("w", flags[e + i])) if flag])
+           for i, entry in enumerate(ended)]
     bad = [(label, which) for label, which in bad if which]
     wrote = [(entry[0], entry[2]) for entry in changed if len(entry) > 2 and entry[2]]
     if not bad and not wrote:
+        captured = f"; {n - e} captured calls' ops wrote none of the caller's memory" if n > e else ""
         return CheckResult(name=name, passed=True, rank=rank, total=n,
-                           detail=f"{n} calls left their x and w with the bits they had")
+                           detail=f"{e} calls left their x and w with the bits they had{captured}")
     labels = list(dict.fromkeys([label for label, _ in bad] + [label for label, _ in wrote]))
     parts = []
     if bad:
         what = ", ".join(f"{label}: {' and '.join(which)}" for label, which in bad)
-        parts.append(f"{len(bad)} of {n} calls changed their inputs ({what})")
+        parts.append(f"{len(bad)} of {e} calls changed their inputs ({what})")
     if wrote:
         what = "; ".join(f"{label}: {', '.join(ops)}" for label, ops in wrote)
         parts.append(f"{len(wrote)} of {n} calls wrote into the caller's memory while they ran, put back or not "

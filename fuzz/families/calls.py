@@ -18,7 +18,8 @@ records, per call (each check's ``extra`` has the call's ``call`` tag and ``M``)
 * ``fresh_padding_zero`` — without ``out=``: padding rows are +0.0 (not inside a graph capture: no values yet);
 * ``inputs_untouched`` — at the end of the case: no eager call changed its ``x`` or ``w`` (compared on the device
   right after each call, read back once), nor did any torch op of the call write into the storages x, w or out view
-  (out's own bytes aside: :func:`properties.caller_writes`), put back before it returned or not;
+  (out's own bytes aside: :func:`properties.caller_writes`), put back before it returned or not -- and no op a
+  captured call dispatched inside its capture writes there (each replay of the graph makes those writes);
 * ``ambient_state_kept`` — at the end of the case: no eager call, nor the construction of an instance in the case
   (``RankContext.new_impl``), left the caller's current device or stream, grad mode, default dtype, math flags or
   random generators changed (host reads right before and after each, ``properties/ambient.py``).
@@ -120,7 +121,9 @@ class CaseCalls:
         self.rank, self.world_size = rank, world_size
         self.checks: list[CheckResult] = []
         self._held: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (label, result, copy on return)
-        self._inputs: list[tuple[str, torch.Tensor]] = []  # (label, whether the call changed its x, w: on device)
+        # (label, whether the call changed its x, w: on device -- None for a captured call --, the writes its ops made
+        # into the caller's memory)
+        self._inputs: list[tuple[str, torch.Tensor | None, list[str]]] = []
         self._ambient: list[tuple[str, list[str]]] = []  # (label, what the call changed of the caller's process)
         self._ambient_calls = 0  # of them, calls (the others: constructions)
         self._unread: set[str] = set()  # items of the snapshots this torch could not read
@@ -167,21 +170,23 @@ class CaseCalls:
         impl.last_path = None
         watched = watch_inputs(x, w) if not captured else None
         signature = tuple(getattr(impl, "fallback_ops", ()) or ()) if expected == impl.main_path else ()
-        seen = OpsSeen() if signature or watched is not None else None  # eager: what its ops wrote, too
+        seen = OpsSeen()  # the ops it dispatches, and what they wrote (captured: the writes each replay makes)
         # the snapshots inside the mode's context: its exit restores grad mode, which would hide a call's leak of it
         with AUTOGRAD_MODES[mode]() if mode is not None else contextlib.nullcontext(), \
                 self.as_the_caller(f"{tag} (M={M})", impl.device) if not captured else contextlib.nullcontext():
             try:
-                with seen if seen is not None else contextlib.nullcontext():
+                with seen:
                     y = impl(x, w, out=out)
             except Exception as exc:
                 self._record(call_raised(exc, rank=r, what=f"valid call {tag} (M={M})"), tag, M)
                 raise CallRaised(f"{type(exc).__name__} in call {tag}") from exc
+        wrote = caller_writes(seen.written, x, w, out)
         if watched is not None:
-            wrote = caller_writes(seen.written, x, w, out)
             self._inputs.append((f"{tag} (M={M})", inputs_changed(x, w, watched), wrote))
+        else:  # captured: nothing ran yet, but each replay makes the writes the capture's ops recorded
+            self._inputs.append((f"{tag} (M={M}) captured", None, wrote))
         contract = result_contract(y, shape=(S, impl.N), device=impl.device, rank=r)
-        ran = tuple(op for op in (seen.ops() if seen is not None else ()) if op in signature)
+        ran = tuple(op for op in seen.ops() if op in signature)
         checks = [path_taken(impl.last_path, expected, reason, rank=r, main_path=impl.main_path, fallback_ops_ran=ran),
                   contract]
         if out is not None:

@@ -171,3 +171,28 @@ def test_an_implementation_built_with_torch_compile_runs_its_compiled_code_while
         y = layer(x, w)
     assert runs == ["compiled"], runs
     assert "aten.mm" in seen.ops() and torch.equal(y, (x @ w.T).relu())
+
+
+def test_a_captured_call_is_judged_by_the_writes_its_ops_recorded():
+    """A captured call runs nothing until its graph replays (so no end state to compare), but the ops its capture
+    dispatched are each replay's: one that writes x and puts it back fails ``inputs_untouched``, named as captured;
+    a clean captured call passes beside eager ones. (The ledger's call with ``captured=True`` on the CPU: what the
+    graph family runs inside a capture.)"""
+    from fuzz.families.calls import CaseCalls
+    from mutants.catalogue import InputScaledAndUnscaled
+
+    x, w = _pair()
+    clean = UnfusedGemmRs(None, max_M=8, N=4, K=16, device="cpu")
+    for factory, ok in ((UnfusedGemmRs, True), (InputScaledAndUnscaled, False)):
+        captured = factory(None, max_M=8, N=4, K=16, device="cpu")
+        ledger = CaseCalls(0, 1)
+        ledger.call(clean, x, w, tag="eager0")
+        ledger.call(captured, x, w, out=torch.empty(8, 4, dtype=torch.bfloat16), tag="graph0_capture", captured=True)
+        (check,) = [c for c in ledger.finish() if c.name == "inputs_untouched"]
+        assert check.total == 2, check.detail
+        if ok:
+            assert check.passed and "1 captured calls' ops wrote none of the caller's memory" in check.detail
+        else:
+            assert not check.passed and check.extra["changed"] == ["graph0_capture (M=8) captured"], check.detail
+            assert "graph0_capture (M=8) captured: aten.mul_" in check.detail
+            assert "calls changed their inputs" not in check.detail
