@@ -43,8 +43,11 @@ def _next_case_passes_on_a_fresh_pool(pool: RankPool) -> None:
 def test_hang_reports_every_rank_stack_then_pool_restarts():
     pool = RankPool(PoolSpec(impl="mutants.catalogue:HangOnM", world_size=2))
     try:
+        t0 = time.monotonic()
         report = pool.run(Case("compute", ms=[77], **SMALL), deadline=4)
         assert report.status == Status.HANG
+        # the caller's deadline, not the default (120 s): the stacks take seconds on top
+        assert time.monotonic() - t0 < 4 + 50, f"a 4 s deadline took {time.monotonic() - t0:.0f} s"
         assert set(report.stacks) == {0, 1}
         assert "HangOnM" in report.stacks[0] or "catalogue.py" in report.stacks[0]
         assert "reduce_scatter" in report.stacks[1]  # rank 1 waits in the collective for rank 0
