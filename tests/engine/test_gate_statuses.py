@@ -1,0 +1,125 @@
+"""Every status that is not a pass fails what users read: ``check_case`` (the ``pytest fuzz/`` path) raises on a HANG
+or an ERROR and skips -- never passes -- a SKIPPED case; ``fuzz.differential`` fails its verdict when an
+implementation errs; a failure a re-run passed is recorded as the failure it was; and the campaign keeps a failing
+replay pass's exit status when the main pass that follows it succeeds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import fuzz.campaign
+import fuzz.gate
+from fuzz.case import Case, PoolSpec
+from fuzz.gate import FuzzFailure, check_case
+from fuzz.pool import RankPool
+from fuzz.record import case_row
+from fuzz.status import Reproducibility, Status
+from fuzz.summary import confirmed_failures, failure_records
+from fuzz.verdict import confirm
+from tests.ci.test_gate_report import _row, _write
+from tests.engine.test_host_cannot_build import SMALL, _fresh_memory  # noqa: F401 -- an autouse fixture
+from tests.engine.test_verdict import _check, _msg
+from tests.engine.test_verdict import _report as _verdict_report
+
+#: an implementation no rank can import: every case is a harness ERROR (an exception escaped run_case)
+MISSING = "tests.engine.planted_impls:DoesNotExist"
+
+
+@pytest.fixture
+def recorded(monkeypatch) -> list:
+    """The reports ``check_case`` records (none written to a report folder)."""
+    reports: list = []
+    monkeypatch.setattr(fuzz.gate, "record", lambda report, test_id="": reports.append(report))
+    return reports
+
+
+def _check_on(impl: str, case: Case, deadline: float | None = None):
+    pool = RankPool(PoolSpec(impl=impl, world_size=2))
+    try:
+        check_case(pool, case, deadline=deadline)
+    finally:
+        pool.close()
+
+
+# --- P4: a HANG, DIED or ERROR case fails check_case, not only a FAILED one ---------------------------------------
+
+def test_check_case_raises_on_a_hang(recorded, monkeypatch):
+    monkeypatch.setattr(fuzz.gate, "CONFIRM_FAILURES", False)  # one hang is the point; no re-run on a fresh pool
+    with pytest.raises(FuzzFailure) as info:
+        _check_on("mutants.catalogue:HangOnM", Case("compute", ms=[77], **SMALL), deadline=2)
+    assert info.value.report.status == Status.HANG
+    assert [r.status for r in recorded] == [Status.HANG]
+
+
+def test_check_case_raises_on_a_dead_rank(recorded, monkeypatch):
+    monkeypatch.setattr(fuzz.gate, "CONFIRM_FAILURES", False)
+    with pytest.raises(FuzzFailure) as info:
+        _check_on("mutants.catalogue:CrashOnM", Case("compute", ms=[66], **SMALL), deadline=60)
+    assert info.value.report.status == Status.DIED
+    assert [r.status for r in recorded] == [Status.DIED]
+
+
+def test_check_case_raises_on_a_harness_error(recorded):
+    with pytest.raises(FuzzFailure) as info:
+        _check_on(MISSING, Case("compute", ms=[3], **SMALL))
+    assert info.value.report.status == Status.ERROR
+    assert "harness error" in str(info.value)
+    assert [r.status for r in recorded] == [Status.ERROR]
+
+
+# --- P5: a SKIPPED case skips the test, never counts as passed ------------------------------------------------------
+
+def test_check_case_skips_a_case_whose_every_check_was_skipped(recorded):
+    with pytest.raises(pytest.skip.Exception, match="no CUDA graphs"):
+        _check_on("unfused", Case("graph", ms=[3], **SMALL))  # topology cpu: every check of the graph family skips
+    assert [r.status for r in recorded] == [Status.SKIPPED]
+
+
+# --- P25: fuzz.differential fails its verdict when an implementation errs -------------------------------------------
+
+def test_differential_fails_when_an_implementation_errs(capsys, monkeypatch, own_settings):
+    import fuzz.differential
+
+    monkeypatch.delenv("GEMM_RS_WORLD_SIZES", raising=False)
+    rc = fuzz.differential.main(["--impl", f"unfused,{MISSING}", "--cases", "1", "--world-sizes", "2"])
+    out = capsys.readouterr().out
+    assert "error 1" in out, out[-2000:]  # its one case erred (compared with nobody)
+    assert rc == 1 and "verdict: FAILED" in out, out[-2000:]
+
+
+# --- P18: a failure a re-run passed (flaky) is recorded as the failure it was ----------------------------------------
+
+def test_a_flaky_failure_is_recorded_as_failed_and_listed_among_failures():
+    failing = _msg(_check("within_tolerance", passed=False, detail="3 rows wrong"))
+    first = _verdict_report(Status.FAILED, "first", ranks={0: failing, 1: _msg(_check())})
+    shown = confirm(first, _verdict_report(Status.PASSED, ranks={0: _msg(_check()), 1: _msg(_check())}))
+    assert shown.reproducibility == Reproducibility.FLAKY and shown.rerun_status == Status.PASSED
+    row = json.loads(json.dumps(case_row(shown, "fuzz/test_gemm_rs.py::test_compute")))  # as a record reads back
+    assert row["status"] == "failed" and row["rerun_status"] == "passed" and row["reproducibility"] == "flaky"
+    (listed,) = confirmed_failures([row])
+    assert listed["status"] == "failed" and listed["reproducibility"] == "flaky"
+    assert [r["status"] for r in failure_records([[row]])] == ["failed"]
+
+
+# --- P20: the campaign keeps a failing replay pass's exit status -----------------------------------------------------
+
+def test_a_failing_replay_pass_fails_the_campaign_when_the_main_pass_passes(tmp_path, monkeypatch, own_settings):
+    passes: list[str] = []
+
+    def run_pytest(cmd, env, root, log_path, time_limit):
+        passes.append(env["HYPOTHESIS_PROFILE"])
+        if env["HYPOTHESIS_PROFILE"] == "replay":
+            return 1, False  # the stored example failed again
+        _write(tmp_path, [_row()])  # the main pass: every case passed
+        return 0, False
+
+    monkeypatch.setattr(fuzz.campaign, "stored_examples", lambda: 1)
+    monkeypatch.setattr(fuzz.campaign, "run_pytest", run_pytest)
+    rc = fuzz.campaign.main(["--profile", "ci", "--impl", "unfused", "--topology", "cpu", "--report-dir",
+                             str(tmp_path), "--pools-per-gpu", "1", "--progress-every", "60"])
+    assert passes == ["replay", "ci"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pytest_exit_code"] == 1 and summary["verdict"] == "FAIL"
+    assert rc == 1
