@@ -160,7 +160,8 @@ class LateRankReadsStaleBuffer(UnfusedGemmRs):
 
     def __init__(self, group=None, *, max_M, N, K, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        self._previous = torch.zeros_like(self._partials)  # what peers find in this rank's buffer
+        with torch.inference_mode(False):  # its bug is the stale buffer, not the caller's mode (BuffersInCallersMode)
+            self._previous = torch.zeros_like(self._partials)  # what peers find in this rank's buffer
 
     def _run(self, x, w, out, M):
         late, skew = _arrivals(self)
@@ -507,8 +508,9 @@ class StaleAfterInplaceInputs(UnfusedGemmRs):
 
     def __init__(self, group=None, *, max_M, N, K, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        self._x_stage = torch.zeros(max_M, K, dtype=torch.bfloat16, device=self.device)
-        self._w_stage = torch.zeros(N, K, dtype=torch.bfloat16, device=self.device)
+        with torch.inference_mode(False):  # normal tensors in any mode: its bug is the staleness alone
+            self._x_stage = torch.zeros(max_M, K, dtype=torch.bfloat16, device=self.device)
+            self._w_stage = torch.zeros(N, K, dtype=torch.bfloat16, device=self.device)
         self._staged: tuple | None = None
 
     def _run(self, x, w, out, M):
@@ -664,7 +666,8 @@ class FlagWordsInDefaultDtype(UnfusedGemmRs):
 
     def __init__(self, group=None, *, max_M, N, K, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        self._flag_store = torch.zeros(self.world_size, device=self.device)  # the bug: no dtype=torch.int32
+        with torch.inference_mode(False):  # normal tensors in any mode: its bug is the dtype alone
+            self._flag_store = torch.zeros(self.world_size, device=self.device)  # the bug: no dtype=torch.int32
 
     def _run(self, x, w, out, M):
         self._flag_store.view(torch.int32)[self.rank] += 1  # this rank's arrival count
@@ -1181,8 +1184,9 @@ class EpochStamped(UnfusedGemmRs):
     def __init__(self, group=None, *, max_M, N, K, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
         blocks = -(-self.shard_rows(max_M) // self.BLOCK_ROWS)
-        self._staged = torch.zeros(blocks * self.BLOCK_ROWS, N, dtype=torch.bfloat16, device=self.device)
-        self._ready = torch.zeros(blocks, dtype=torch.int64, device=self.device)
+        with torch.inference_mode(False):  # a correct fixture: normal tensors in any mode (CONTRACT "Autograd modes")
+            self._staged = torch.zeros(blocks * self.BLOCK_ROWS, N, dtype=torch.bfloat16, device=self.device)
+            self._ready = torch.zeros(blocks, dtype=torch.int64, device=self.device)
         self._epoch = 0
 
     def call_counter(self) -> int:
