@@ -11,7 +11,8 @@ implementation declares (``all``, or ``split``: the fused kernel's split-K ones,
 ``cluster``: the fused kernel's clustered tiles, whose CTAs fill each other's shared memory;
 :func:`fuzz.strategies.path_cases`); then the pool is closed so every sanitizer writes its summary, and
 the verdict needs every rank's ``ERROR SUMMARY: 0 errors`` (racecheck: no hazard but in the library kernels
-of :data:`LIBRARY_KERNELS`, which are listed) plus every case passed. Exit 0 / 1. With ``--time-limit``
+of :data:`LIBRARY_KERNELS`, which are listed) plus every case passed (a skipped case ran nothing under the
+sanitizer: NOT CLEAN). Exit 0 / 1. With ``--time-limit``
 no case starts past the limit; the pool is still closed, so the sanitizers report on what ran, and a run that left
 a case out ends ``CUT`` (exit 1), never ``CLEAN``.
 
@@ -45,6 +46,7 @@ from .case import Case, PoolSpec
 from .node import sanitizer_command
 from .pool import RankPool
 from .race_canary import CANARY
+from .status import Status
 from .verdict import unbuildable
 
 SMALL = dict(N=512, K=256, max_M=1024)
@@ -237,11 +239,14 @@ def run_pool(spec: PoolSpec, todo: list[Case], deadline: float, time_limit: floa
     ok = (len(sums) == spec.world_size and all(n == 0 for n in sums.values())
           and all(r.status.ok for r in reports))
     cut = len(reports) < len(todo)
-    verdict = "NOT CLEAN" if not ok else f"CUT ({len(reports)} of {len(todo)} cases ran, no error in them)" if cut \
-        else "CLEAN"
+    # a case whose every check was skipped ran nothing under the sanitizer: like a case left out, never CLEAN
+    skipped = sum(r.status == Status.SKIPPED for r in reports)
+    verdict = ("NOT CLEAN" if not ok else f"CUT ({len(reports)} of {len(todo)} cases ran, no error in them)" if cut
+               else f"NOT CLEAN ({skipped} of {len(todo)} cases skipped: not run under the sanitizer)" if skipped
+               else "CLEAN")
     print(f"sanitizer {spec.sanitizer} ({spec.impl}, {spec.topology}, W={spec.world_size}): {verdict} "
           f"(logs in {pool.logdir})")
-    return ok and not cut
+    return ok and not cut and not skipped
 
 
 if __name__ == "__main__":
