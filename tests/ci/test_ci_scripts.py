@@ -1,0 +1,214 @@
+"""The CI scripts' own contracts: ``ci/test`` fails on failing or missing tests, ``.ci/run``'s two passes run each
+kill-matrix test once (the matrix at -O1) and together cover the gate's world sizes, ``ci/fuzz`` stops on a stored
+failure that still fails, and ``ci/setup.sh`` returns non-zero when it cannot set up. Each runs in seconds: tiny
+pytest selections, fake executables on PATH, never the real suite."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KM = "tests/mutation/test_kill_matrix.py"
+KILL_MATRIX_TESTS = ("test_kill_matrix_ci", "test_capacity_assert_killed_at_the_other_optimize_level",
+                     "test_an_implementation_the_ranks_cannot_load_is_an_error_not_a_kill")
+GATE_WORLD_SIZES = {1, 2, 3, 4, 8}  # fuzz/config.py's CPU default: what `./ci/test` alone runs
+KILL_MATRIX_CONTROL_W = 2  # the correct implementation through fuzz/ at W = 2, inside test_kill_matrix_ci
+
+
+def _clean_env(**more: str) -> dict[str, str]:
+    """This process's environment without what a CI pass or an xdist worker set (the nested run must not inherit
+    -O, a pass's world sizes or pytest's worker variables)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GEMM_RS_", "PYTEST_", "HYPOTHESIS_")) and k not in ("PYTHONOPTIMIZE",)}
+    env.update(more)
+    return env
+
+
+def _fake(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+# --- ci/test (P17) -----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def tiny_tests(tmp_path):
+    (tmp_path / "test_tiny.py").write_text("def test_passes():\n    pass\n\n\ndef test_fails():\n    assert False\n")
+    return tmp_path / "test_tiny.py"
+
+
+def _ci_test(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / "ci/test"), *args], capture_output=True, text=True, timeout=120, cwd="/",
+                          env=_clean_env(GEMM_RS_JOBS="0"))
+
+
+@pytest.mark.parametrize("selection, want_fail", [
+    pytest.param(["::test_passes"], False, id="passing"),
+    pytest.param(["::test_fails"], True, id="failing"),
+    pytest.param(["", "-k", "nomatch"], True, id="none-collected"),
+])
+def test_ci_test_exit_status_is_pytest_s_and_no_tests_is_a_failure(tiny_tests, selection, want_fail):
+    args = [str(tiny_tests) + selection[0], *selection[1:]]
+    r = _ci_test(*args)
+    out = r.stdout[-3000:] + r.stderr[-3000:]
+    if want_fail:
+        assert r.returncode != 0, f"ci/test {' '.join(args)} exited 0:\n{out}"
+    if "ci/test: ruff found problems" in r.stderr:  # ci/test lints the whole repository first
+        pytest.skip(f"the repository does not lint clean now, so ci/test stopped before pytest:\n{r.stdout[-500:]}")
+    if not want_fail:
+        assert r.returncode == 0, f"ci/test {' '.join(args)} exited {r.returncode}:\n{out}"
+    if "-k" in args:  # pytest's 5 (no tests) made a failure
+        assert r.returncode == 1 and "collected no tests" in r.stderr, out
+
+
+# --- .ci/run (P18, P48) ------------------------------------------------------------------------------------------
+
+RECORDER = r"""#!/usr/bin/env bash
+# ci/test stand-in: records each pass's environment and arguments (one a line), runs nothing
+{ echo "PYTHONOPTIMIZE=${PYTHONOPTIMIZE-}"; echo "GEMM_RS_WORLD_SIZES=${GEMM_RS_WORLD_SIZES-}"
+  for a in "$@"; do echo "arg=$a"; done; echo "end"; } >> "$RECORD"
+"""
+
+
+def _passes(tmp_path) -> list[dict]:
+    """`.ci/run` run as it is, in a copy of the repository's layout whose ci/test only records how it was called:
+    the shell itself expands the variables, continuations and env prefixes."""
+    root = tmp_path / "repo"
+    (root / ".ci").mkdir(parents=True)
+    (root / "ci").mkdir()
+    shutil.copy2(REPO / ".ci/run", root / ".ci/run")
+    _fake(root / "ci/test", RECORDER)
+    record = tmp_path / "passes.jsonl"
+    r = subprocess.run(["bash", str(root / ".ci/run")], capture_output=True, text=True, timeout=60, cwd="/",
+                       env=_clean_env(RECORD=str(record)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    passes, cur = [], {"env": {}, "args": []}
+    for line in record.read_text().splitlines():
+        if line == "end":
+            passes.append(cur)
+            cur = {"env": {}, "args": []}
+        elif line.startswith("arg="):
+            cur["args"].append(line[4:])
+        else:
+            k, v = line.split("=", 1)
+            cur["env"][k] = v
+    return passes
+
+
+def _selection(args: list[str]) -> tuple[list[str], list[str]]:
+    """(paths, deselected node-id prefixes) of a pytest command line; any other option is refused here, so that a
+    new one that changes the selection (-k, -m, --ignore...) makes this test be taught it, not misread it."""
+    paths, deselect, it = [], [], iter(args)
+    for a in it:
+        if a == "--deselect":
+            deselect.append(next(it))
+        elif a.startswith("--deselect="):
+            deselect.append(a.split("=", 1)[1])
+        elif a.startswith("-"):
+            pytest.fail(f".ci/run passes {a!r} to ci/test: teach tests/ci/test_ci_scripts.py what it selects")
+        else:
+            paths.append(a)
+    return paths or ["tests", "fuzz"], deselect  # pyproject.toml's testpaths
+
+
+def _norm(p: str) -> str:
+    path, sep, rest = p.removeprefix("./").partition("::")
+    return os.path.normpath(path).replace(os.sep, "/") + sep + rest
+
+
+def _under(nodeid: str, p: str) -> bool:
+    """Whether pytest's argument ``p`` (a folder, a file or a node id) collects the test ``nodeid``."""
+    p = _norm(p)
+    if "::" in p:
+        return nodeid == p or nodeid.startswith((p + "::", p + "["))
+    return nodeid.startswith(p + ("::" if p.endswith(".py") else "/"))
+
+
+def _selects(args: list[str], nodeid: str) -> bool:
+    paths, deselect = _selection(args)
+    return any(_under(nodeid, p) for p in paths) and not any(nodeid.startswith(_norm(d)) for d in deselect)
+
+
+def _runs_gate(args: list[str]) -> bool:
+    return any(_norm(p) == "fuzz" or _norm(p).startswith("fuzz/") for p in _selection(args)[0])
+
+
+def test_ci_run_passes_run_each_kill_matrix_test_once_the_matrix_at_O1_and_cover_the_gate_world_sizes(tmp_path):
+    defined = {n.name for n in ast.parse((REPO / KM).read_text()).body if isinstance(n, ast.FunctionDef)}
+    assert set(KILL_MATRIX_TESTS) <= defined, f"renamed in {KM}? {set(KILL_MATRIX_TESTS) - defined}"
+    passes = _passes(tmp_path)
+    assert len(passes) == 2, passes
+    where = {}
+    for name in KILL_MATRIX_TESTS:
+        running = [i for i, p in enumerate(passes) if _selects(p["args"], f"{KM}::{name}")]
+        assert len(running) == 1, f"{name} runs in passes {running} of .ci/run, not exactly one: {passes}"
+        where[name] = passes[running[0]]
+
+    def level(p):
+        return 1 if (p["env"]["PYTHONOPTIMIZE"] or "0") not in ("", "0") else 0
+
+    assert level(where["test_kill_matrix_ci"]) == 1, \
+        f"the kill matrix must run under PYTHONOPTIMIZE=1 (how users run the gate): {where['test_kill_matrix_ci']}"
+    # the capacity-as-assert mutant at the level the matrix does not run: its test runs "the other level"
+    assert level(where["test_capacity_assert_killed_at_the_other_optimize_level"]) == 1, where
+
+    covered = set()
+    for p in passes:
+        if _runs_gate(p["args"]):
+            sizes = p["env"]["GEMM_RS_WORLD_SIZES"]
+            covered |= {int(w) for w in sizes.split(",")} if sizes else GATE_WORLD_SIZES
+    covered.add(KILL_MATRIX_CONTROL_W)  # test_kill_matrix_ci runs in one pass (above)
+    assert covered >= GATE_WORLD_SIZES, f"the passes run the gate at W = {sorted(covered)} only: {passes}"
+
+
+# --- ci/fuzz (P46) -----------------------------------------------------------------------------------------------
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# python3 for GEMM_RS_SYSTEM_PYTHON=1: one stored example; the replay fails with $FAKE_REPLAY_RC, the main run passes
+case "$*" in
+  *stored_examples*) echo 1 ;;
+  "-m pytest"*) echo "pytest profile=$HYPOTHESIS_PROFILE" >> "$FAKE_LOG"
+                [ "$HYPOTHESIS_PROFILE" = replay ] && exit "$FAKE_REPLAY_RC"; exit 0 ;;
+  *) exit 0 ;;  # setup.sh's probes: the CuTe DSL found, no writable site folder
+esac
+"""
+
+
+@pytest.mark.parametrize("replay_rc", [1, 0])
+def test_ci_fuzz_stops_on_a_stored_failure_that_still_fails(tmp_path, replay_rc):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _fake(bindir / "python3", FAKE_PYTHON)
+    log = tmp_path / "pytest.log"
+    env = _clean_env(PATH=f"{bindir}:/usr/bin:/bin", GEMM_RS_SYSTEM_PYTHON="1", TMPDIR=str(tmp_path),
+                     FAKE_LOG=str(log), FAKE_REPLAY_RC=str(replay_rc))
+    r = subprocess.run([str(REPO / "ci/fuzz")], capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    runs = log.read_text().splitlines() if log.exists() else []
+    out = r.stdout + r.stderr + "\n" + "\n".join(runs)
+    if replay_rc:
+        assert r.returncode != 0, f"a stored example that still fails was swallowed:\n{out}"
+        assert runs == ["pytest profile=replay"], out
+    else:
+        assert r.returncode == 0 and runs == ["pytest profile=replay", "pytest profile=ci"], out
+
+
+# --- ci/setup.sh (P22) -------------------------------------------------------------------------------------------
+
+def test_setup_returns_non_zero_when_it_cannot_set_up(tmp_path):
+    """GEMM_RS_SYSTEM_PYTHON=1 and no python3 on PATH: sourcing ci/setup.sh returns 1 (the callers' `|| exit 1`)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("bash", "dirname", "env"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    script = '. "$1/ci/setup.sh"; echo "rc=$?"'
+    r = subprocess.run([str(bindir / "bash"), "-c", script, "bash", str(REPO)], capture_output=True, text=True,
+                       timeout=30, cwd="/", env={"PATH": str(bindir), "GEMM_RS_SYSTEM_PYTHON": "1",
+                                                 "HOME": str(tmp_path)})
+    assert "no python3 on PATH" in r.stderr, r.stdout + r.stderr
+    assert "rc=1" in r.stdout, r.stdout + r.stderr
