@@ -25,14 +25,15 @@ Classification (:func:`classify`), from the case records and the test outcomes o
 * ERROR     — anything else: a harness error (a case whose status is ERROR: an exception escaped
   ``run_case``), a test that failed without a failing case (collection error, pool that would not
   start, Hypothesis health check), a pytest internal / usage error or interruption, a session past its
-  time limit, nothing checked, or a first failing case whose only failed check is ``main_path_available``
-  (the host cannot build the implementation's main path, so no case ran it: on a GPU host without the CuTe
-  DSL every kernel fault would otherwise read KILLED). Never a kill.
+  time limit, nothing checked, cases whose driver or ranks ran at another optimize level than the session
+  was asked for (:func:`_optimize_mismatch`; the correct implementation too), or a first failing case whose
+  only failed check is ``main_path_available`` (the host cannot build the implementation's main path, so no
+  case ran it: on a GPU host without the CuTe DSL every kernel fault would otherwise read KILLED). Never a kill.
 
-The correct implementation is PASSED (everything passed) or FAILED. The matrix shows which test and
-which properties caught each mutant beside the properties the catalogue expects (``MutantSpec.expected``)
-and flags a mismatch; how many examples that test needed (its case records up to and including the
-failing one), whether the failure reproduced on a fresh pool, and the seconds. Exit status 0 iff every
+The correct implementation is PASSED (everything passed) or FAILED (ERROR: at another optimize level). The
+matrix shows which test and which properties caught each mutant beside the properties the catalogue expects
+(``MutantSpec.expected``) and flags a mismatch; how many examples that test needed (its case records up to and
+including the failing one), whether the failure reproduced on a fresh pool, and the seconds. Exit status 0 iff every
 mutant was killed -- or, a GPU fault build whose bug is a race ranks time-slicing one GPU rarely open
 (``GpuMutantSpec.race``), survived: listed as SURVIVED with a RACE line naming its static check, never counted
 as a kill -- and every control passed (``ci/kill-matrix`` runs it as the nightly pipelines do).
@@ -440,7 +441,10 @@ def classify(target: Target, optimize: int, profile: str, rows: list[dict], line
                                     if r["test"] == first["test"] and r.get("reproducibility")), "")
     harness = _harness_failure(session, tests, rows, first)
     host = _host_cannot_build(first)
-    if target.must == "fail":
+    level = _optimize_mismatch(rows, optimize)
+    if level:  # the run said something about another level than asked: never a kill, never a pass
+        out.detail = level
+    elif target.must == "fail":
         if first is not None and Status(first["status"]).caught and not host and \
                 tests.get(first["test"], {}).get("outcome") == "failed":
             out.verdict = Verdict.KILLED
@@ -467,7 +471,9 @@ def _harness_failure(session: SessionResult, tests: dict[str, dict], rows: list[
         return "no test of this target ran"
     if first is not None and Status(first["status"]) == Status.ERROR:
         return f"harness error in {_short_test(first['test'])}: {_raised(first)}"
-    if first is not None:
+    if first is not None:  # (a caught case whose test pytest failed: a finding, no harness failure)
+        if tests.get(first["test"], {}).get("outcome") == "failed":
+            return ""
         return f"{first['status']} case, but pytest did not fail {_short_test(first['test'])}"
     bad = [f"{_short_test(k)}: {v['outcome']} ({v['message']})" for k, v in tests.items()
            if v["outcome"] in ("failed", "error")]
@@ -476,6 +482,30 @@ def _harness_failure(session: SessionResult, tests: dict[str, dict], rows: list[
     if not any(Status(r["status"]) == Status.PASSED for r in rows):
         return "nothing checked: no case passed (every case skipped, or none ran)"
     return ""
+
+
+def _optimize_mismatch(rows: list[dict], optimize: int) -> str:
+    """Why this target's cases ran at another optimize level than the session was asked for ("" when they did not):
+    a driver (``driver_optimize``) at another level than ``optimize`` -- a caller's ``PYTHONOPTIMIZE`` leaking into a
+    -O0 session, say -- or a rank (``rank_optimize``) at another level than its pool was started at (the row's
+    ``optimize``: the session's, or 1 where a test starts -O ranks on purpose). CapacityAsAssert "killed at -O0" by a
+    session that ran at -O1 is no kill at -O0. A record without these fields (or a rank that never reported) is not
+    held against the run."""
+    wrong = []
+    for r in rows:
+        driver = r.get("driver_optimize")
+        if driver is not None and driver != optimize:
+            wrong.append(f"{_short_test(r['test'])}: the pytest driver ran at -O{driver}")
+        pool = r.get("optimize")
+        pool = optimize if pool is None else pool
+        off = {k: v for k, v in (r.get("rank_optimize") or {}).items() if v is not None and v != pool}
+        if off:
+            levels = "/".join(f"-O{v}" for v in sorted(set(off.values())))
+            wrong.append(f"{_short_test(r['test'])}: ranks {sorted(off)} ran at {levels}, their pool at -O{pool}")
+    if not wrong:
+        return ""
+    return (f"the session was asked for -O{optimize} but ran at another level (" + "; ".join(dict.fromkeys(wrong))[:400]
+            + "): nothing was learned at -O" + str(optimize))
 
 
 def _host_cannot_build(first: dict | None) -> str:
@@ -623,6 +653,11 @@ def main(argv=None) -> int:
     levels = (0, 1) if args.optimize == "both" else (int(args.optimize),)
     jobs = 2 if cfg.jobs in (None, "auto") else int(cfg.jobs)
     tgts = targets(cfg.csv("impl"), cfg.profile, include_correct=not args.no_correct, gpu=args.gpu)
+    if not tgts:  # "kill rate: 0/0" and exit 0 would read as a green matrix
+        print("mutants.meta: nothing to run: no mutant and no control selected (--impl "
+              f"{cfg.impl or '(all)'}{', --no-correct' if args.no_correct else ''}); an empty matrix is no pass",
+              file=sys.stderr)
+        return 2
     if cfg.world_sizes:
         sizes = tuple(int(w) for w in cfg.csv("world_sizes"))
         tgts = [dataclasses.replace(t, world_sizes=sizes) for t in tgts]
