@@ -158,10 +158,9 @@ class LateRankReadsStaleBuffer(UnfusedGemmRs):
     name = "mutant-late-rank-stale-buffer"
     SKEW_S = 0.020
 
-    def __init__(self, group=None, *, max_M, N, K, device=None):
-        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        with torch.inference_mode(False):  # its bug is the stale buffer, not the caller's mode (BuffersInCallersMode)
-            self._previous = torch.zeros_like(self._partials)  # what peers find in this rank's buffer
+    def _allocate(self) -> None:  # (the base's: normal tensors in any mode -- its bug is the stale buffer alone)
+        super()._allocate()
+        self._previous = torch.zeros_like(self._partials)  # what peers find in this rank's buffer
 
     def _run(self, x, w, out, M):
         late, skew = _arrivals(self)
@@ -382,10 +381,12 @@ class SlotCounterBeforeCheck(UnfusedGemmRs):
 
     def __init__(self, group=None, *, max_M, N, K, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        rows = self.world_size * self.shard_rows(max_M)
-        with torch.inference_mode(False):
-            self._slots = torch.zeros(2, rows, N, dtype=torch.bfloat16, device=self.device)
         self._calls = 0
+
+    def _allocate(self) -> None:  # (the base's: normal tensors in any mode)
+        super()._allocate()
+        rows = self.world_size * self.shard_rows(self.max_M)
+        self._slots = torch.zeros(2, rows, self.N, dtype=torch.bfloat16, device=self.device)
 
     def __call__(self, x, w, out=None):
         self._calls += 1  # the slot of this call, chosen first
@@ -508,10 +509,12 @@ class StaleAfterInplaceInputs(UnfusedGemmRs):
 
     def __init__(self, group=None, *, max_M, N, K, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        with torch.inference_mode(False):  # normal tensors in any mode: its bug is the staleness alone
-            self._x_stage = torch.zeros(max_M, K, dtype=torch.bfloat16, device=self.device)
-            self._w_stage = torch.zeros(N, K, dtype=torch.bfloat16, device=self.device)
         self._staged: tuple | None = None
+
+    def _allocate(self) -> None:  # (the base's: normal tensors in any mode -- its bug is the staleness alone)
+        super()._allocate()
+        self._x_stage = torch.zeros(self.max_M, self.K, dtype=torch.bfloat16, device=self.device)
+        self._w_stage = torch.zeros(self.N, self.K, dtype=torch.bfloat16, device=self.device)
 
     def _run(self, x, w, out, M):
         key = (x.data_ptr(), w.data_ptr(), M)
@@ -664,10 +667,9 @@ class FlagWordsInDefaultDtype(UnfusedGemmRs):
 
     name = "mutant-flag-words-in-default-dtype"
 
-    def __init__(self, group=None, *, max_M, N, K, device=None):
-        super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        with torch.inference_mode(False):  # normal tensors in any mode: its bug is the dtype alone
-            self._flag_store = torch.zeros(self.world_size, device=self.device)  # the bug: no dtype=torch.int32
+    def _allocate(self) -> None:  # (the base's: normal tensors in any mode -- its bug is the dtype alone)
+        super()._allocate()
+        self._flag_store = torch.zeros(self.world_size, device=self.device)  # the bug: no dtype=torch.int32
 
     def _run(self, x, w, out, M):
         self._flag_store.view(torch.int32)[self.rank] += 1  # this rank's arrival count
@@ -1183,11 +1185,13 @@ class EpochStamped(UnfusedGemmRs):
 
     def __init__(self, group=None, *, max_M, N, K, device=None):
         super().__init__(group, max_M=max_M, N=N, K=K, device=device)
-        blocks = -(-self.shard_rows(max_M) // self.BLOCK_ROWS)
-        with torch.inference_mode(False):  # a correct fixture: normal tensors in any mode (CONTRACT "Autograd modes")
-            self._staged = torch.zeros(blocks * self.BLOCK_ROWS, N, dtype=torch.bfloat16, device=self.device)
-            self._ready = torch.zeros(blocks, dtype=torch.int64, device=self.device)
         self._epoch = 0
+
+    def _allocate(self) -> None:  # (the base's: normal tensors in any mode, CONTRACT "Autograd modes")
+        super()._allocate()
+        blocks = -(-self.shard_rows(self.max_M) // self.BLOCK_ROWS)
+        self._staged = torch.zeros(blocks * self.BLOCK_ROWS, self.N, dtype=torch.bfloat16, device=self.device)
+        self._ready = torch.zeros(blocks, dtype=torch.int64, device=self.device)
 
     def call_counter(self) -> int:
         return self._epoch

@@ -147,11 +147,8 @@ def caller_writes(written, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor |
     the caller's on another stream, or its next kernel, sees what was there meanwhile."""
     from .rejection import byte_span
 
-    regions = []
-    for label, t in (("x", x), ("w", w), ("the buffer around out", out)):
-        if isinstance(t, torch.Tensor) and t.numel():
-            storage = t.untyped_storage()
-            regions.append((label, t.device, storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    regions = [(label, *storage_span(t)) for label, t in (("x", x), ("w", w), ("the buffer around out", out))
+               if isinstance(t, torch.Tensor) and t.numel()]
     own = byte_span(out) if isinstance(out, torch.Tensor) else None
     found: list[str] = []
     for op, device, start, end in written:
