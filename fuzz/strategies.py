@@ -417,8 +417,8 @@ def compute_cases(draw, world_size: int, topology: str = "cpu", max_M: int | Non
     delay_ms = draw(st.sampled_from(DRAWN_DELAYS_MS)) if late_rank is not None else 0
     seed = draw(st.integers(0, 2**31 - 1))
     layout = draw(layouts(world_size))
-    if layout is not None and late_rank is not None:
-        late_rank = min(late_rank, min(len(g) for g in layout) - 1)  # a group rank every group has
+    if late_rank is not None:
+        late_rank = _in_every_group(late_rank, layout)
     # drawn last: the draws above (and so the examples a derandomized run makes of them) stay as they were
     batch_m = draw(m_values(world_size, max_M))
     offset = draw(st.sampled_from(VIEW_OFFSETS))
@@ -466,8 +466,12 @@ def instances_cases(draw, world_size: int, topology: str = "cpu", max_M: int | N
 
 def _late_rank(draw, world_size: int, layout) -> int:
     """A group rank every group of ``layout`` has (any rank of the world without one)."""
-    late_rank = draw(st.integers(0, world_size - 1))
-    return late_rank if layout is None else min(late_rank, min(len(g) for g in layout) - 1)
+    return _in_every_group(draw(st.integers(0, world_size - 1)), layout)
+
+
+def _in_every_group(rank: int, layout) -> int:
+    """``rank`` as a group rank every group of ``layout`` has (unchanged without a layout)."""
+    return rank if layout is None else min(rank, min(len(g) for g in layout) - 1)
 
 
 #: M values a layer meets around the contract's default should_run threshold (128); the family adds both
