@@ -48,16 +48,24 @@ def example_database(value: str | None = None):
 
 _DB = example_database()
 
-settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True, database=None,
+# Every profile is built on Hypothesis's own ``default`` profile, never on whatever profile is loaded when
+# this module is imported: where the ``CI`` environment variable is set (GitHub Actions, GitLab, ...),
+# Hypothesis loads its built-in ``ci`` profile (derandomized, no database) as the default, and a profile
+# registered without a parent would inherit that, so a nightly run on a CI runner would draw the same
+# examples every night. ``derandomize`` is spelled out on each profile for the same reason.
+_BASE = settings.get_profile("default")
+
+settings.register_profile("ci", parent=_BASE, derandomize=True, deadline=None, print_blob=True, database=None,
                           max_examples=25, suppress_health_check=_SLOW_OK)
-settings.register_profile("dev", deadline=None, print_blob=True, max_examples=15, database=_DB,
-                          suppress_health_check=_SLOW_OK)
-settings.register_profile("nightly", deadline=None, print_blob=True, max_examples=400, database=_DB,
-                          suppress_health_check=_SLOW_OK,
+settings.register_profile("dev", parent=_BASE, derandomize=False, deadline=None, print_blob=True,
+                          max_examples=15, database=_DB, suppress_health_check=_SLOW_OK)
+settings.register_profile("nightly", parent=_BASE, derandomize=False, deadline=None, print_blob=True,
+                          max_examples=400, database=_DB, suppress_health_check=_SLOW_OK,
                           phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
 
-settings.register_profile("replay", deadline=None, print_blob=True, max_examples=25, database=_DB,
-                          suppress_health_check=_SLOW_OK, phases=[Phase.explicit, Phase.reuse])
+settings.register_profile("replay", parent=_BASE, derandomize=False, deadline=None, print_blob=True,
+                          max_examples=25, database=_DB, suppress_health_check=_SLOW_OK,
+                          phases=[Phase.explicit, Phase.reuse])
 
 #: gate profile (--profile) -> (Hypothesis profile, examples per test or None: the profile's)
 GATE_PROFILES = {

@@ -6,6 +6,10 @@ calls the instance its order names."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from _in_process import run_on_one_cpu_rank
@@ -26,6 +30,7 @@ from fuzz.strategies import (
 )
 from kernel.unfused import UnfusedGemmRs
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIND = hsettings(max_examples=3000, database=None, phases=[Phase.generate], deadline=None,
                  suppress_health_check=list(HealthCheck))
 
@@ -86,6 +91,33 @@ def test_the_gate_profiles_map_to_the_hypothesis_profiles_they_promise():
     assert not nightly.derandomize and nightly.database is not None and nightly.max_examples >= 400
     assert Phase.reuse in nightly.phases and Phase.shrink in nightly.phases  # stored failures first, then shrunk
     assert set(gate_settings.GATE_PROFILES) == {"smoke", "ci", "nightly"}
+
+
+_PROFILES = """
+from hypothesis import settings
+import fuzz.settings
+for name in ("ci", "dev", "nightly", "replay"):
+    p = settings.get_profile(name)
+    print(name, p.derandomize, p.database is not None, p.max_examples)
+"""
+
+
+@pytest.mark.parametrize("ci_env", [{}, {"CI": "true"}, {"GITHUB_ACTIONS": "true"}, {"GITLAB_CI": "1"}])
+def test_the_profiles_are_the_same_on_a_ci_runner(ci_env):
+    """Hypothesis loads its own ``ci`` profile (derandomized, no database) as the default where it detects a CI
+    runner; a profile that inherits the loaded default would make every nightly run on a CI runner draw the same
+    examples (the project's CI sets ``CI``: stop 49 failed on exactly this). A fresh interpreter, since the
+    detection happens when hypothesis is imported."""
+    detected = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "TF_BUILD", "BUILDKITE", "CIRCLECI", "CIRRUS_CI",
+                "CODEBUILD_BUILD_ID", "HEROKU_TEST_RUN_ID", "TEAMCITY_VERSION", "bamboo.buildKey", "HYPOTHESIS_PROFILE")
+    env = {k: v for k, v in os.environ.items() if k not in detected}
+    env.update(ci_env)
+    got = subprocess.run([sys.executable, "-c", _PROFILES], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0, got.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in got.stdout.splitlines()}
+    assert rows == {"ci": ["True", "False", "25"], "dev": ["False", "True", "15"],
+                    "nightly": ["False", "True", "400"], "replay": ["False", "True", "25"]}, (ci_env, rows)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3])
