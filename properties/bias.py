@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 import torch
 
+from oracle.shards import shard_rows, valid_rows
+
 from .result import CheckResult, read_back, skipped
 from .tolerance import BF16_MAX, U_FP32
 
@@ -133,15 +135,14 @@ def _owners(rank: int | None, M: int, W: int) -> list[tuple[int, int]]:
     """Row ranges (local to the model) that one rank reduces: one per shard, so one reduction order each."""
     if rank is not None:
         return [(0, _rows_of(rank, M, W)[1])]
-    S = -(-M // W)
+    S = shard_rows(M, W)
     return [(r * S, min(M, r * S + S)) for r in range(W) if r * S < M]
 
 
 def _rows_of(rank: int | None, M: int, W: int) -> tuple[int, int]:
     if rank is None:
         return 0, M
-    S = -(-M // W)
-    return rank * S, max(0, min(S, M - rank * S))
+    return rank * shard_rows(M, W), valid_rows(M, W, rank)
 
 
 def _model_from_rows(rows, row_offset: int, W: int, device, owners: list[tuple[int, int]]) -> RoundingModel:
