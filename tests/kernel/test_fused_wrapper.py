@@ -951,7 +951,8 @@ def test_each_launch_runs_the_kernel_its_m_chooses(monkeypatch):
     kernel queued for a call is the one ``call_protocol`` and ``tile_config_index`` give that M, over a sequence of M
     that come back and share shard sizes (a cache keyed by the shard rows, or by anything but M, runs another M's
     kernel -- a path ``path_table`` promised never runs, and the gate's path cases test a kernel the call never
-    used). The launch is recorded, not made (no GPU here); W = 2 set on a CPU instance for the planning."""
+    used; a lookup under another key than the store's, ``ceil(M / 64)``, ran M = 64's 64-row tiles at M = 4096 after
+    a call at M = 64). The launch is recorded, not made (no GPU here); W = 2 set on a CPU instance for the planning."""
     from types import SimpleNamespace
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
@@ -959,10 +960,211 @@ def test_each_launch_runs_the_kernel_its_m_chooses(monkeypatch):
     impl.world_size, impl._tile_configs, impl._choices = 2, {}, {}
     launched = []
     impl.launch_config = lambda protocol, index, x, w, out, M, splits=None: launched.append((M, protocol, index))
-    ms = [1024, 2048, 512, 1024, 4096, 2047, 2048, 64, 128, 127, 256]
+    # every M of the first tiles (largest first), then larger ones: a key that folds a large M onto a smaller M
+    # (its shard rows, its 64-row tile count, ...) finds that M's choice already kept
+    ms = [*range(129, 0, -1), 1024, 2048, 512, 1024, 4096, 2047, 2048, 64, 128, 127, 256, 4000]
     for M in ms:
         impl._launch(None, None, None, M)
     want = [(M, impl.call_protocol(M), impl.tile_config_index(M)) for M in ms]
     assert launched == want
     assert len({(p, i) for _, p, i in want}) >= 2  # the sequence crosses tile configs: a wrong key shows
     impl.close()
+
+
+def test_the_weight_check_holds_views_to_16_byte_alignment_and_no_more():
+    """``can_run``'s weight check (:func:`check_weight`) takes CONTRACT.md's alignment ("Shapes": every operand's
+    data pointer 16-byte aligned, and need be no more): a weight view starting 2 or 8 bytes past a 16-byte boundary
+    is declined with the reason -- an 8-byte check would hand the kernel's 16-byte TMA loads a misaligned weight --
+    and views 16 and 32 bytes in are accepted."""
+    N, K = 64, 128
+    buf = torch.zeros(N * K + 64, dtype=torch.bfloat16)
+    head = (-buf.data_ptr() % 32) // 2  # elements to a 32-byte boundary
+
+    def view(byte_offset):
+        start = head + byte_offset // 2
+        return buf[start : start + N * K].view(N, K)
+
+    cpu = torch.device("cpu")
+    for off in (2, 8, 24):
+        reason = wrapper_mod.check_weight(view(off), N, K, cpu)
+        assert reason is not None and "aligned" in reason, off
+    for off in (0, 16, 32):
+        assert wrapper_mod.check_weight(view(off), N, K, cpu) is None, off
+
+
+def test_the_weight_check_declines_a_weight_on_another_device_of_the_same_type():
+    """A weight on another GPU than the instance's (cuda:1 against cuda:0: the same device type, another index) is
+    not one the fused path can run: ``check_weight`` names the device, as for a CPU weight. A fake tensor stands
+    for the cuda:1 weight (metadata only: no GPU here)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    N, K = 64, 128
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        on_1 = torch.empty(N, K, dtype=torch.bfloat16, device="cuda:1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fake tensor's data_ptr() warns (it is 0: aligned)
+        reason = wrapper_mod.check_weight(on_1, N, K, torch.device("cuda", 0))
+        assert reason is not None and "cuda:1" in reason and "cuda:0" in reason
+        assert wrapper_mod.check_weight(on_1, N, K, torch.device("cuda", 1)) is None
+    cpu_w = torch.zeros(N, K, dtype=torch.bfloat16)
+    assert "cpu" in wrapper_mod.check_weight(cpu_w, N, K, torch.device("cuda", 0))
+
+
+def _fake_workspace_instance(monkeypatch, W, slots, rank=0, s_max=2):
+    """A CPU instance given a W-rank flag area and partials in plain CPU tensors (no symmetric memory here), the
+    group's quiet points made no-ops: the host side of the counter and of the state it watches, no GPU needed."""
+    from types import SimpleNamespace
+
+    from kernel.fused.config import READY_BASE
+
+    monkeypatch.setattr(FusedGemmRs, "_group_quiet", lambda self: None)
+    impl = _cpu_impl()
+    impl.world_size, impl.rank, impl._slots = W, rank, slots
+    flags = torch.zeros(READY_BASE + W * slots, dtype=torch.int32)
+    partials = torch.zeros(W * s_max, impl.N, dtype=torch.bfloat16)
+    impl._workspace = SimpleNamespace(flags=flags, partials=partials, layout=SimpleNamespace(s_max=s_max))
+    return impl, flags
+
+
+def test_advancing_the_call_counter_moves_the_epoch_and_every_ranks_done_word(monkeypatch):
+    """``advance_call_counter(calls)`` (CONTRACT.md "Counters": as if ``calls`` more calls had completed, every
+    counter-valued flag word moved along, a word never written left as it is), on the host's flag area of a W = 4
+    group: the epoch word and the done words of all W ranks follow the calls (0, "no call yet", counts as the epoch
+    before 1), a non-zero ready word moves along, a zero one stays 0, and no other word changes. Expected words by
+    stepping one call at a time along the epoch cycle 1 .. 2^32 - 1 (0 skipped: kernel/fused/rs_protocol.py)."""
+    from kernel.fused.config import DONE_BASE, EPOCH_WORD, READY_BASE
+
+    W, slots, top = 4, 3, (1 << 32) - 1
+    impl, flags = _fake_workspace_instance(monkeypatch, W, slots)
+
+    def put(i, u32):
+        flags[i] = u32 - (1 << 32) if u32 >= 1 << 31 else u32
+
+    follows = [EPOCH_WORD, *range(DONE_BASE, DONE_BASE + W)]
+    for i, v in zip(follows, (top - 1, top - 1, top - 2, 0, top)):
+        put(i, v)
+    for j, v in enumerate((0, 7, top, 0, 1 << 31, (1 << 31) - 1, 0, 2, top - 1, 0, top - 3, 0)):
+        put(READY_BASE + j, v)
+    put(1, 9)  # the finished word and a spare word: not epochs
+    put(5, 1234)
+    before = [int(v) & top for v in flags]
+
+    def one_call(v):
+        return 1 if v == top else v + 1
+
+    calls = 3
+    want = list(before)
+    for i in range(len(want)):
+        if i in follows or (i >= READY_BASE and want[i] != 0):
+            for _ in range(calls):
+                want[i] = one_call(want[i])
+    impl.advance_call_counter(calls)
+    assert [int(v) & top for v in flags] == want
+    impl._workspace = None
+    impl.close()
+
+
+def test_the_state_a_rank_watches_is_its_own_words_of_the_flag_area(monkeypatch):
+    """``state_tensors()`` (what a rejected call must leave bit-identical) of every rank of a W = 4 pull group: the
+    epoch and finished words, the done word *this* rank signals and its own ready words, and the partials; not a
+    peer's words (a peer writes those whenever it runs: a rejected call on this rank would seem to change them, and
+    this rank's own words would go unwatched). Each word is told by a distinct value written into it."""
+    from kernel.fused.config import DONE_BASE, READY_BASE
+
+    W, slots = 4, 3
+    for rank in range(W):
+        impl, flags = _fake_workspace_instance(monkeypatch, W, slots, rank=rank)
+        flags.copy_(torch.arange(flags.numel(), dtype=torch.int32))  # each word holds its own index
+        state = impl.state_tensors()
+        words = {name: t.tolist() for name, t in state.items() if name.startswith("flags")}
+        assert words == {
+            "flags: epoch, finished": [0, 1],
+            "flags: own done": [DONE_BASE + rank],
+            "flags: own ready": list(range(READY_BASE + rank * slots, READY_BASE + (rank + 1) * slots)),
+        }, rank
+        assert state["partials"] is impl._workspace.partials
+        impl._workspace = None
+        impl.close()
+
+
+def test_the_shipped_crossover_table_is_one_the_fused_kernel_can_use():
+    """``kernel/fused/crossover.json`` as shipped -- read at construction only where the fused path can run (a GPU),
+    so no CPU instance reads it: every crossover entry names a (N, K) the kernel declares (``supports``), a group size
+    it serves, a kernel protocol, once each, and a ``min_m`` that is null or an M >= 1; every protocol entry a
+    declared (N, K) and group size, once each, with a table the ``auto`` plan accepts (Ms >= 1 to kernel protocols:
+    ``ProtocolPlan.of`` raises otherwise) -- a misspelt protocol would raise ``ValueError`` at every ``auto``
+    construction of that shape on the GPU, an entry for an unserved W would silently keep the default threshold."""
+    from kernel.fused import crossover
+    from kernel.fused.config import FUSED_WORLD_SIZES, KERNEL_PROTOCOLS
+    from kernel.fused.protocol_plan import ProtocolPlan
+
+    entries, protocols = crossover.load_table(), crossover.load_protocols()
+    assert entries and protocols
+    keys = [(e["N"], e["K"], e["W"], e["protocol"]) for e in entries]
+    assert len(set(keys)) == len(keys), keys
+    for e, (N, K, W, protocol) in zip(entries, keys):
+        assert FusedGemmRs.supports(N, K) and W in FUSED_WORLD_SIZES and protocol in KERNEL_PROTOCOLS, e
+        assert e["min_m"] is None or (type(e["min_m"]) is int and e["min_m"] >= 1), e
+    pkeys = [(e["N"], e["K"], e["W"]) for e in protocols]
+    assert len(set(pkeys)) == len(pkeys), pkeys
+    for e, (N, K, W) in zip(protocols, pkeys):
+        assert FusedGemmRs.supports(N, K) and W in FUSED_WORLD_SIZES, e
+        plan = ProtocolPlan.of("auto", W, e["by_m"])
+        assert plan.table() == {int(m): p for m, p in e["by_m"].items()}
+
+
+def test_an_auto_instance_runs_fused_from_the_first_measured_crossover_of_its_protocols(monkeypatch):
+    """``should_run`` of an ``auto`` instance (both protocols' kernels, the protocol per M from the table): fused from
+    the smallest M at which one of its protocols measured faster than the unfused path (``crossover.json``, per
+    protocol), not from the largest -- between the two, one of its kernels pays. Built as on a W = 2 Hopper group
+    (the host checks passing, the group's facts, the workspace and the compiles left out: the choice is host-side)
+    for a shape the shipped table measures for both protocols."""
+    import torch.distributed as dist
+
+    from kernel.fused import FusedGemmRsAuto
+    from kernel.fused.crossover import measured_min_m, measured_protocols
+
+    N, K, W = 7168, 2048, 2
+    assert measured_protocols(N, K, W) and {p for p in measured_protocols(N, K, W).values()} == {"pull", "push"}
+    per_protocol = {p: measured_min_m(N, K, W, p, default=-1) for p in ("pull", "push")}
+    assert -1 not in per_protocol.values() and len(set(per_protocol.values())) == 2  # both measured, and they differ
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: W)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(FusedGemmRs, "_config_ineligibility", lambda self: None)
+    monkeypatch.setattr(FusedGemmRs, "_host_ineligibility", lambda self: None)
+
+    def facts(self):
+        self._group_facts = [{"sm_count": 132, "mps": False, "clusters": {2: 66}}] * W
+        self._agreed_facts = (132, frozenset({2}))
+
+    monkeypatch.setattr(FusedGemmRs, "_agree_device_facts", facts)
+    for step in ("_compile", "_allocate_split_parts", "_allocate_workspace", "_choose_push_order"):
+        monkeypatch.setattr(FusedGemmRs, step, lambda self: None)
+    impl = FusedGemmRsAuto(max_M=4096, N=N, K=K)
+    assert impl.kernel_protocols() == ("pull", "push")
+    first = min(per_protocol.values())
+    assert impl.should_run_min_m == first
+    assert [impl.should_run(torch.empty(M, K, dtype=torch.bfloat16, device="meta")) for M in (first - 1, first)] == \
+        [False, True]
+    impl.close()
+
+
+def test_a_declared_clustered_path_says_idle_twin_exactly_where_its_m_tiles_are_odd():
+    """A clustered config runs its M tiles two by two: with an odd number of 64-row tiles (``ceil(M / tile_m)``) the
+    last cluster's second CTA has no rows (an idle twin: loads zeros, stores nothing). The declared paths name it
+    -- the gate runs and replays each declared path -- so the label says "idle twin" exactly for the paths whose M
+    gives an odd tile count, and each clustered config is declared both with and without one."""
+    from kernel.fused.tiles import kernel_configs, pick_config
+
+    configs = kernel_configs("pull", 132)
+    for W in (1, 2, 8):
+        twins = {}
+        for p in FusedGemmRs.declared_paths(W):
+            c = configs[pick_config(configs, p.M, p.N, W, "pull", p.K)]
+            if c.cluster_m == 1:
+                continue
+            odd = -(-p.M // c.tile_m) % 2 == 1
+            assert ("idle twin" in p.label) == odd, (W, p)
+            twins.setdefault(c.label, set()).add(odd)
+        assert twins and all(seen == {True, False} for seen in twins.values()), (W, twins)
