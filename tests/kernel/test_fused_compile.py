@@ -264,6 +264,19 @@ def test_cache_digest_covers_key_and_source(compile_mod):
                                                  "ptx.py", "config.py"}
 
 
+def test_cache_digest_tells_every_set_of_faults_apart(compile_mod):
+    """A fault-injected build's disk entry is valid for its whole set of faults: keys of one fault, of another and
+    of both have three digests (a digest of part of the set would load one build's kernel for another's key: a
+    mutant run with a bug it was not built with, or without the one it was), and the set's order does not matter."""
+    from kernel.fused.config import FAULT_PROTOCOL
+
+    pull = [f for f, (protocol, _) in sorted(FAULT_PROTOCOL.items()) if protocol == "pull"][:3]
+    sets = [frozenset(pull[:1]), frozenset(pull[1:2]), frozenset(pull[:2]), frozenset(pull)]
+    digests = [compile_mod.key_digest(compile_mod.RsCompileKey(_cfg(), 2, faults=fs)) for fs in sets]
+    assert len(set(digests)) == len(sets), [(sorted(fs), d) for fs, d in zip(sets, digests)]
+    assert digests[3] == compile_mod.key_digest(compile_mod.RsCompileKey(_cfg(), 2, faults=frozenset(reversed(pull))))
+
+
 def _barrier_counts(ptx: str) -> set:
     """The arrival counts the kernel's ``mbarrier.init`` instructions give (each register traced to its ``mov``)."""
     movs = dict(re.findall(r"mov\.b32\s+(%r\d+), (\d+);", ptx))

@@ -177,6 +177,35 @@ def test_workspace_close_drops_every_view_of_the_buffer():
     assert [r() for r in views] == [None] * len(views)  # gone by reference counting, no collector pass
 
 
+
+@pytest.mark.parametrize("ids,shared", [((7, 9, 11, 13), False), ((7, 9, 7, 13), True), ((5, 5, 5, 5), True),
+                                        ((3, 8), False), ((3, 3), True)])
+def test_ranks_share_a_gpu_where_any_two_ranks_device_words_are_equal(ids, shared):
+    """``ranks_share_a_gpu`` (the push order's choice: ``push_first`` where ranks time-slice one GPU) reads every
+    rank's device word through the peer mappings: true as soon as *two* ranks of the group run on one GPU (two of
+    four sharing one is time-slicing too), not only when every rank does. A fake handle stands in for the peer
+    mappings, serving each rank's words from a CPU tensor."""
+    from types import SimpleNamespace
+
+    from kernel.fused.config import DEVICE_WORD
+    from kernel.fused.workspace import SymmetricWorkspace
+
+    W = len(ids)
+    L = WorkspaceLayout(W, 64, 64, 4)
+    areas = []
+    for device_id in ids:
+        area = torch.zeros(L.total // 4, dtype=torch.int32)
+        area[L.flags_off // 4 + DEVICE_WORD] = device_id
+        areas.append(area)
+
+    def get_buffer(rank, shape, dtype, offset):
+        return areas[rank][offset : offset + 1].view(shape)
+
+    ws = object.__new__(SymmetricWorkspace)  # the CPU stands in for the symmetric allocation
+    ws.layout, ws.handle = L, SimpleNamespace(get_buffer=get_buffer)
+    assert ws.ranks_share_a_gpu() is shared
+
+
 # --- GPU: the protocol across ranks sharing one GPU, on the gate's harness ---------------------------------
 def _hopper():
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
