@@ -55,3 +55,17 @@ def test_async_tp_declares_its_path_and_needs_a_cuda_device():
     assert TorchAsyncTpGemmRs.fallback_path is None
     support = TorchAsyncTpGemmRs.main_path_support(SimpleNamespace(device=torch.device("cpu")))
     assert not support and "not a usable CUDA device" in support.reason
+
+
+def test_a_spec_naming_nothing_loadable_is_an_unsupported_config_error():
+    """``--impl`` takes a registry name or ``module:attribute``: an unknown name and a module without the attribute
+    are each an ``UnsupportedConfigError`` naming what is missing (the gate's typed error for an implementation it
+    cannot build), not the ``AttributeError`` of the lookup."""
+    import pytest
+
+    from kernel.errors import UnsupportedConfigError
+
+    with pytest.raises(UnsupportedConfigError, match="unknown implementation 'no-such-impl'"):
+        load_implementation("no-such-impl")
+    with pytest.raises(UnsupportedConfigError, match="kernel.unfused has no attribute 'UnfusedGemmRz'"):
+        load_implementation("kernel.unfused:UnfusedGemmRz")

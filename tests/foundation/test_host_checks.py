@@ -79,3 +79,21 @@ def test_an_operand_on_another_device_of_the_same_type_is_a_device_error():
     t = torch.empty(2, 8, dtype=torch.bfloat16, device="meta")
     with pytest.raises(DeviceError, match="is on meta, this implementation runs on meta:1"):
         check_bf16_2d("x", t, torch.device("meta", 1))
+
+
+@pytest.mark.parametrize("k_x", [8, 15, 17, 32])
+def test_x_with_another_k_than_the_weight_is_a_shape_error(k_x):
+    """CONTRACT.md "Capacity and bad input": a shape mismatch of x against w raises ``ShapeError`` before any work,
+    x narrower than K as well as wider (the bad-call table draws only x of 2K columns): a check of one direction
+    hands the narrower x to the GEMM, whose own size error is no typed error."""
+    from kernel.errors import ShapeError
+
+    N, K = 8, 16
+    x = torch.zeros(3, k_x, dtype=torch.bfloat16)
+    w = torch.zeros(N, K, dtype=torch.bfloat16)
+    with pytest.raises(ShapeError, match=f"x has K={k_x}"):
+        check_operands(x, w, None, N=N, K=K, max_M=8, world_size=1, device=CPU)
+    with pytest.raises(ShapeError, match=f"x has K={k_x}"):
+        UnfusedGemmRs(max_M=8, N=N, K=K)(x, w)
+    assert check_operands(torch.zeros(3, K, dtype=torch.bfloat16), w, None, N=N, K=K, max_M=8, world_size=1,
+                          device=CPU) == 3

@@ -17,17 +17,21 @@ pytestmark = pytest.mark.multiproc
 def test_counts_align_on_a_group_of_ones_own_or_raise_on_every_rank(run_ranks):
     """In one pool of 4 gloo ranks, in turn: equal counts make no catch-up; ranks 1 and 3 had a subgroup
     instance, so ranks 0 and 2 each make the missing rendezvous alone (on a one-rank group only they created)
-    and every rank ends at the same count; uneven counts catch up by the difference; a rank whose catch-up
-    fails makes every rank raise SymmetricMemoryMismatch (never a hang)."""
+    and every rank ends at the same count; uneven counts catch up by the difference, also where rank 0 is among
+    the ranks ahead (a comparison of one rank's count with the most, not of the fewest, makes no catch-up there:
+    the ranks behind then wait in the rendezvous forever); a rank whose catch-up fails makes every rank raise
+    SymmetricMemoryMismatch (never a hang)."""
     scenarios = [{"made": [3, 3, 3, 3]}, {"made": [0, 1, 0, 1]}, {"made": [2, 5, 4, 5]},
-                 {"made": [0, 1, 0, 1], "solo_fails_on": 2}]
+                 {"made": [0, 1, 0, 1], "solo_fails_on": 2}, {"made": [5, 2, 4, 5]}]
     per_rank = [v["info"] for v in run_ranks("rendezvous_agreement", 4, {"scenarios": scenarios}, timeout=120)]
-    same, apart, uneven, failed = ([r[i] for r in per_rank] for i in range(4))
+    same, apart, uneven, failed, rank0_ahead = ([r[i] for r in per_rank] for i in range(5))
     assert [(v["raised"], v["solo"], v["after"]) for v in same] == [(None, 0, 3)] * 4
     assert [(v["raised"], v["solo"], v["after"]) for v in apart] == [(None, 1, 1), (None, 0, 1), (None, 1, 1),
                                                                       (None, 0, 1)]
     assert [v["solo"] for v in uneven] == [3, 0, 1, 0] and {v["after"] for v in uneven} == {5}
     assert [v["raised"] for v in failed] == ["SymmetricMemoryMismatch"] * 4
+    assert [(v["raised"], v["solo"], v["after"]) for v in rank0_ahead] == [(None, 0, 5), (None, 3, 5), (None, 1, 5),
+                                                                            (None, 0, 5)]
     assert all("per group rank: [0, 1, 0, 1]" in v["message"] and "after: [1, 1, -1, 1]" in v["message"]
                for v in failed)
     assert "planted: the catch-up rendezvous failed" in failed[2]["message"]
