@@ -171,3 +171,22 @@ class RaisesInGuardRegions(_BrokenAfterTrigger):
         if self.broken:
             raise IndexError("planted: guard_regions() lost its table after M=55")
         return super().guard_regions()
+
+
+#: The variables :class:`RaisesWithItsEnvironment` reports (fuzz.topology.MULTICAST_OFF's, the optimisation level).
+#: ``_GEMM_RS_TEST_SPARE_ONLY``: set only where a warm spare was spawned, never in the pool's own environment.
+REPORTED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "PYTHONOPTIMIZE",
+                "_GEMM_RS_TEST_SPARE_ONLY")
+
+
+class RaisesWithItsEnvironment(UnfusedGemmRs):
+    """At M == 55 every rank raises, its message naming the rank's values of :data:`REPORTED_ENV` (``NAME=value``,
+    ``NAME unset``): what the driver's environment became in a rank forked by torchrun's agent (a spare or not)."""
+
+    name = "planted-raises-with-its-environment"
+
+    def _run(self, x, w, out, M):
+        if M == TRIGGER_M:
+            seen = " ".join(f"{k}={os.environ[k]}" if k in os.environ else f"{k} unset" for k in REPORTED_ENV)
+            raise RuntimeError(f"planted: rank {self.rank} environment: {seen} ;")
+        return super()._run(x, w, out, M)

@@ -127,3 +127,24 @@ def _local_rank(pool: RankPool, rank: int) -> int:
     """Local rank of ``rank`` on its node: its place among that node's ranks (torchrun numbers them so)."""
     node = pool.hello[rank]["node"]
     return sorted(r for r, h in pool.hello.items() if h["node"] == node).index(rank)
+
+
+def test_a_torchrun_that_exits_on_the_other_node_while_starting_fails_the_start_at_once(agent_network, monkeypatch):
+    """The other node's ranks exit (code 5) before they say hello, so its torchrun exits; the driver's ranks wait in
+    the process group's rendezvous for them. The node agent's word that its torchrun exited must end the start at
+    once, naming it -- not the start timeout."""
+    from fuzz import pool as pool_module
+    from fuzz.pool import PoolError
+
+    monkeypatch.setattr(pool_module, "START_TIMEOUT", 60.0)
+    agent, network = agent_network
+    pool = RankPool(PoolSpec(impl="tests.engine.never_loads:Anything", world_size=2, nnodes=2), network=network,
+                    extra_env={"_GEMM_RS_TEST_EXIT_ON_NODE": "1"})
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(PoolError, match=r"torchrun on node 1 .* exited with \d+ while starting"):
+            pool.start()
+        assert time.monotonic() - t0 < 40, "the driver waited for the start timeout"
+    finally:
+        pool.close()
+    _nothing_left(agent, [])

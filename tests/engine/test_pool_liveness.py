@@ -90,6 +90,9 @@ def test_rank_killed_from_outside_mid_case_is_reported():
         killer.join()
         assert report.status == Status.DIED, report.render()
         assert "rank 1 died mid-case: exit code -9" in report.note, report.note
+        # every rank's stacks, the dead one's saying it gave none (not left out: a reader sees where each rank was)
+        assert set(report.stacks) == {0, 1}, report.stacks
+        assert "no stack" in report.stacks[1], report.stacks[1]
     finally:
         pool.close()
 

@@ -35,6 +35,8 @@ def test_every_gemm_rs_variable_in_the_code_is_a_declared_setting_or_private_plu
     declared |= set(config.SETUP_EXPORTS)
     private = {v for k, v in vars(config).items() if k.endswith("_ENV") and isinstance(v, str)}
     private.add("_GEMM_RS_TEST_FLAKY_DIR")  # tests/engine: a planted flaky implementation's marker folder
+    private |= {"_GEMM_RS_TEST_NEVER_LOADS", "_GEMM_RS_TEST_EXIT_ON_NODE",  # tests/engine/never_loads.py
+                "_GEMM_RS_TEST_SPARE_ONLY"}  # tests/engine: a variable only a warm spare was started with
     unknown_public, unknown_private = set(), set()
     for path in _tracked_text_files():
         text = path.read_text(errors="replace")
