@@ -4,7 +4,6 @@ behind (the ranks watch the driver's pid: nothing else ends a rank blocked in a 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import threading
 import time
 
 import pytest
+from _orphans import gone, kill_the_driver
 
 from fuzz import pool as pool_module
 from fuzz.case import PoolSpec
@@ -21,13 +21,6 @@ from fuzz.pool import PoolError, RankPool
 pytestmark = pytest.mark.multiproc
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def test_ranks_that_never_say_hello_fail_the_start_within_its_timeout(monkeypatch):
@@ -53,7 +46,7 @@ def test_ranks_that_never_say_hello_fail_the_start_within_its_timeout(monkeypatc
         assert len(raised) == 1 and isinstance(raised[0], PoolError), raised
         assert "pool did not start within 6s" in str(raised[0]), raised[0]
         assert not pool.alive and pool.proc is None
-        assert launched and _gone(launched[0]), "torchrun outlived the failed start"
+        assert launched and gone(launched[0]), "torchrun outlived the failed start"
     finally:
         pool.close()  # (a start still waiting sees its torchrun gone and ends)
         starter.join(30)
@@ -63,7 +56,6 @@ def test_no_orphans_when_the_driver_is_killed_while_a_rank_is_stuck_mid_case():
     """Rank 0 of HangOnM loops forever at M = 77 and rank 1 waits for it in the reduce-scatter (gloo's 30 min
     timeout); the driver is SIGKILLed mid-case, so no ``stop`` and no closed channel is read by either: each rank's
     watch on the driver's pid (``_GEMM_RS_DRIVER_PID``) is what ends it."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = (
         "import json, threading, time\n"
         "from fuzz.case import Case, PoolSpec\n"
@@ -75,27 +67,8 @@ def test_no_orphans_when_the_driver_is_killed_while_a_rank_is_stuck_mid_case():
         "print(json.dumps({'ranks': list(p.rank_pids().values()), 'launcher': p.proc.pid}), flush=True)\n"
         "time.sleep(600)\n"
     )
-    driver = subprocess.Popen([sys.executable, "-c", script], cwd=repo, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": repo})
-    pids: dict = {}
-    try:
-        pids = json.loads(driver.stdout.readline())
-        assert not any(_gone(p) for p in pids["ranks"]), "a rank was gone before the driver was killed"
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-        everything = pids["ranks"] + [pids["launcher"]]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(_gone(p) for p in everything):
-            time.sleep(0.5)
-        assert all(_gone(p) for p in everything), f"orphans after the driver died mid-case: {everything}"
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-        for pid in pids.get("ranks", []):  # whatever the assertion said, nothing of this test stays
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    left = kill_the_driver(script)
+    assert not left, f"orphans after the driver died mid-case: {left}"
 
 
 def test_a_rank_that_died_between_cases_is_not_blamed_on_the_next_case():

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from _orphans import gone, kill_the_driver, wait_gone
 
 from fuzz.case import Case, PoolSpec
 from fuzz.pool import RankPool
@@ -21,16 +22,6 @@ pytestmark = pytest.mark.multiproc
 SMALL = dict(seed=1, N=64, K=64, max_M=256)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] == "Z"  # a zombie holds nothing
-    except OSError:
-        return True
 
 
 def _next_case_passes_on_a_fresh_pool(pool: RankPool) -> None:
@@ -209,10 +200,7 @@ def test_kill_signals_the_pinned_ranks_never_a_pid_reported_at_hello():
         for hello in pool.hello.values():
             hello["pid"] = bystander.pid  # what a pid-based kill would signal (and its group)
         pool.kill()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not all(_gone(p) for p in ranks.values()):
-            time.sleep(0.1)
-        assert all(_gone(p) for p in ranks.values()), "the real ranks survived the kill"
+        assert wait_gone(list(ranks.values()), 10), "the real ranks survived the kill"
         assert bystander.poll() is None, "kill() signalled a process that is not the pool's"
     finally:
         pool.close()
@@ -248,10 +236,7 @@ def test_no_orphans_after_close():
     launcher = pool.proc.pid
     assert pool.run(Case("compute", ms=[3], **SMALL)).passed
     pool.close()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not all(_gone(p) for p in pids + [launcher]):
-        time.sleep(0.2)
-    assert all(_gone(p) for p in pids + [launcher]), "rank or torchrun process outlived the pool"
+    assert wait_gone(pids + [launcher], 10), "rank or torchrun process outlived the pool"
 
 
 def test_no_orphans_after_a_hang_kill():
@@ -261,7 +246,7 @@ def test_no_orphans_after_a_hang_kill():
         pids = list(pool.last_pids.values())
         assert pids
         time.sleep(0.5)
-        assert all(_gone(p) for p in pids)
+        assert all(gone(p) for p in pids)
     finally:
         pool.close()
 
@@ -307,12 +292,6 @@ def test_ranks_report_their_optimize_level():
 
 def test_no_orphans_when_the_driver_is_killed():
     """A driver killed with SIGKILL (no atexit, no close) leaves nothing behind: ranks watch its pid."""
-    import json
-    import signal
-    import subprocess
-    import sys
-
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = (
         "import json, sys, time\n"
         "from fuzz.case import PoolSpec\n"
@@ -321,20 +300,8 @@ def test_no_orphans_when_the_driver_is_killed():
         "print(json.dumps({'ranks': list(p.rank_pids().values()), 'launcher': p.proc.pid}), flush=True)\n"
         "time.sleep(600)\n"
     )
-    driver = subprocess.Popen([sys.executable, "-c", script], cwd=repo, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": repo})
-    try:
-        pids = json.loads(driver.stdout.readline())
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-        everything = pids["ranks"] + [pids["launcher"]]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(_gone(p) for p in everything):
-            time.sleep(0.5)
-        assert all(_gone(p) for p in everything), f"orphans after the driver died: {everything}"
-    finally:
-        if driver.poll() is None:
-            driver.kill()
+    left = kill_the_driver(script)
+    assert not left, f"orphans after the driver died: {left}"
 
 
 def test_hang_has_native_stacks_when_asked(monkeypatch):
