@@ -177,7 +177,6 @@ def test_workspace_close_drops_every_view_of_the_buffer():
     assert [r() for r in views] == [None] * len(views)  # gone by reference counting, no collector pass
 
 
-
 @pytest.mark.parametrize("ids,shared", [((7, 9, 11, 13), False), ((7, 9, 7, 13), True), ((5, 5, 5, 5), True),
                                         ((3, 8), False), ((3, 3), True)])
 def test_ranks_share_a_gpu_where_any_two_ranks_device_words_are_equal(ids, shared):

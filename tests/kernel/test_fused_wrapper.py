@@ -1032,7 +1032,7 @@ def test_advancing_the_call_counter_moves_the_epoch_and_every_ranks_done_word(mo
     group: the epoch word and the done words of all W ranks follow the calls (0, "no call yet", counts as the epoch
     before 1), a non-zero ready word moves along, a zero one stays 0, and no other word changes. Expected words by
     stepping one call at a time along the epoch cycle 1 .. 2^32 - 1 (0 skipped: kernel/fused/rs_protocol.py)."""
-    from kernel.fused.config import DONE_BASE, EPOCH_WORD, READY_BASE
+    from kernel.fused.config import DEVICE_WORD, DONE_BASE, EPOCH_WORD, FINISHED_WORD, READY_BASE
 
     W, slots, top = 4, 3, (1 << 32) - 1
     impl, flags = _fake_workspace_instance(monkeypatch, W, slots)
@@ -1045,7 +1045,8 @@ def test_advancing_the_call_counter_moves_the_epoch_and_every_ranks_done_word(mo
         put(i, v)
     for j, v in enumerate((0, 7, top, 0, 1 << 31, (1 << 31) - 1, 0, 2, top - 1, 0, top - 3, 0)):
         put(READY_BASE + j, v)
-    put(1, 9)  # the finished word and a spare word: not epochs
+    put(FINISHED_WORD, 9)  # the finished word, the device word and a spare word: not epochs
+    put(DEVICE_WORD, 77)
     put(5, 1234)
     before = [int(v) & top for v in flags]
 
@@ -1069,7 +1070,7 @@ def test_the_state_a_rank_watches_is_its_own_words_of_the_flag_area(monkeypatch)
     epoch and finished words, the done word *this* rank signals and its own ready words, and the partials; not a
     peer's words (a peer writes those whenever it runs: a rejected call on this rank would seem to change them, and
     this rank's own words would go unwatched). Each word is told by a distinct value written into it."""
-    from kernel.fused.config import DONE_BASE, READY_BASE
+    from kernel.fused.config import DONE_BASE, EPOCH_WORD, FINISHED_WORD, READY_BASE
 
     W, slots = 4, 3
     for rank in range(W):
@@ -1078,7 +1079,7 @@ def test_the_state_a_rank_watches_is_its_own_words_of_the_flag_area(monkeypatch)
         state = impl.state_tensors()
         words = {name: t.tolist() for name, t in state.items() if name.startswith("flags")}
         assert words == {
-            "flags: epoch, finished": [0, 1],
+            "flags: epoch, finished": [EPOCH_WORD, FINISHED_WORD],
             "flags: own done": [DONE_BASE + rank],
             "flags: own ready": list(range(READY_BASE + rank * slots, READY_BASE + (rank + 1) * slots)),
         }, rank
