@@ -51,7 +51,7 @@ from .node import STACKS_WAIT_S, LocalNode, PoolError, first_failure, killpg_whi
 from .node_agent import RemoteNode
 from .report import CaseReport
 from .status import Status
-from .topology import rank_env
+from .topology import MULTICAST_OFF, rank_env
 
 __all__ = ["RankPool", "PoolError", "first_failure", "killpg_while_alive", "DEFAULT_DEADLINE", "START_TIMEOUT",
            "STACKS_WAIT_S"]
@@ -69,7 +69,12 @@ AGENT_REPLY_S = 20.0
 
 def rank_process_env(spec: PoolSpec, gpus: list[int] | None, extra_env: dict[str, str],
                      driver: str) -> tuple[dict[str, str], tuple[str, ...]]:
-    """What the environment of a pool's ranks (and its torchrun agent) adds to this host's, and what it drops."""
+    """What the environment of a pool's ranks (and its torchrun agent) adds to this host's, and what it drops.
+    ``extra_env`` may add any variable but none that turns multicast back on (CONTRACT.md: forbidden on these
+    hosts): that raises ValueError rather than start ranks that could create a multicast object."""
+    on = {k: v for k, v in extra_env.items() if k in MULTICAST_OFF and v != MULTICAST_OFF[k]}
+    if on:
+        raise ValueError(f"a pool's ranks run with multicast off ({MULTICAST_OFF}); extra_env asks for {on}")
     add = rank_env(spec.topology, gpus)
     add.update(extra_env)
     add.update({DRIVER_ENV: driver, IMPL_ENV: spec.impl, "OMP_NUM_THREADS": RANK_THREADS, "PYTHONUNBUFFERED": "1"})

@@ -33,6 +33,17 @@ def test_the_agents_environment_overrules_the_callers_multicast_and_optimisation
     assert env1["PYTHONOPTIMIZE"] == "1" and env1["NCCL_NVLS_ENABLE"] == "0"
 
 
+@pytest.mark.parametrize("var", sorted(MULTICAST_OFF))
+def test_extra_env_cannot_turn_multicast_back_on(var):
+    """A caller's explicit ``extra_env`` is the one way past the host environment: multicast is refused there too,
+    while the same variable at its off value, and any other variable, pass through."""
+    spec = PoolSpec(impl="unfused", world_size=2, optimize=0)
+    with pytest.raises(ValueError, match=var):
+        rank_process_env(spec, None, {var: CALLER[var]}, "h:1")
+    add, _ = rank_process_env(spec, None, {var: MULTICAST_OFF[var], "GEMM_RS_SOMETHING": "x"}, "h:1")
+    assert add[var] == MULTICAST_OFF[var] and add["GEMM_RS_SOMETHING"] == "x"
+
+
 def test_a_node_agent_gives_its_torchrun_the_drivers_rank_environment_over_its_hosts(monkeypatch, tmp_path):
     """Another host's environment (its own NCCL_NVLS_ENABLE=1, PYTHONOPTIMIZE) never overrules what the driver
     sends: multicast off, the pool's optimisation level, the unset variables gone."""
