@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import torch
 
-from .result import no_valid_rows, worst_of
+from .result import in_row_blocks, no_valid_rows, worst_of
 
 
 def bitwise_equal(actual: torch.Tensor, expected: torch.Tensor, n_valid: int, *, rank=None, row_offset=0,
                   name="bitwise_equal"):
     """Valid rows of ``actual`` and ``expected`` have identical bits (NaN payloads included); no rows to compare is a
-    skip (:data:`properties.result.NO_VALID_ROWS`), not a pass."""
+    skip (:data:`properties.result.NO_VALID_ROWS`), not a pass. Compared in blocks of rows
+    (:func:`~properties.result.in_row_blocks`)."""
     if n_valid <= 0:
         return no_valid_rows(name, rank)
-    a = actual[:n_valid].detach()
-    e = expected[:n_valid].detach().to(a.device)
+    return in_row_blocks(lambda start, stop: _equal_rows(actual[start:stop], expected[start:stop], rank,
+                                                         row_offset + start, name),
+                         n_valid, actual[0].numel(), name, rank)
+
+
+def _equal_rows(actual, expected, rank, row_offset, name):
+    a = actual.detach()
+    e = expected.detach().to(a.device)
     if a.dtype != e.dtype:
         e = e.to(a.dtype)
     if a.element_size() == 2:

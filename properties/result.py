@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -129,6 +130,41 @@ def worst_of(name, mask_wrong, err, actual, expected, allowed=None, *, rank=None
     res.worst_actual, res.worst_expected, res.worst_error = values[:3]
     if allowed is not None:
         res.allowed = values[3] if has_allowed else float(allowed)
+    return res
+
+
+#: Elements of a shard a check widens to fp64 at once (its error and ranking temporaries, some ten of them; see
+#: :func:`in_row_blocks`): a whole 4096 x 8192 shard's held 2.8 GB of a rank, and 16 ranks time-slicing an 80 GB
+#: H100 ran out of memory in the tolerance check (36th session). A shard up to this size is one block.
+BLOCK_ELEMENTS = 1 << 22
+
+
+def in_row_blocks(check, n: int, row_elements: int, name: str, rank=None, extra_merge=None) -> CheckResult:
+    """``check(start, stop)``, the CheckResult of rows ``start:stop`` (its ``worst_row`` already global, its
+    ``worst_index`` relative to ``start``), over blocks of rows of at most :data:`BLOCK_ELEMENTS` elements, merged
+    into the result :func:`worst_of` gives for all ``n`` rows at once: counts summed; the worst element the worst
+    wrong one (else the worst of all), NaN errors worst, the first block's on a tie (argmax's first place over the
+    rows in order), named by its index in the ``n`` rows; each ``extra`` value merged by ``extra_merge[key]``
+    (``max``, ``sum``). ``n`` > 0."""
+    step = max(1, BLOCK_ELEMENTS // max(1, row_elements))
+    blocks = []
+    for start in range(0, n, step):
+        b = check(start, min(n, start + step))
+        if start and b.worst_index is not None:
+            b.worst_index = (b.worst_index[0] + start, *b.worst_index[1:])
+        blocks.append(b)
+    if len(blocks) == 1:
+        return blocks[0]
+    res = CheckResult(name=name, passed=all(b.passed for b in blocks), rank=rank,
+                      total=sum(b.total for b in blocks), n_wrong=sum(b.n_wrong for b in blocks),
+                      n_nan=sum(b.n_nan for b in blocks), n_inf=sum(b.n_inf for b in blocks))
+    pool = [b for b in blocks if b.n_wrong] or blocks
+    worst = max(pool, key=lambda b: math.inf if b.worst_error is None or math.isnan(b.worst_error)
+                else b.worst_error)
+    for f in ("worst_index", "worst_row", "worst_actual", "worst_expected", "worst_error", "allowed"):
+        setattr(res, f, getattr(worst, f))
+    for key, merge in (extra_merge or {}).items():
+        res.extra[key] = merge(b.extra[key] for b in blocks)
     return res
 
 

@@ -24,13 +24,11 @@ Elements whose truth is not finite in bf16 are left to :mod:`properties.nonfinit
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from oracle.truth import Truth
 
-from .result import CheckResult, no_valid_rows, skipped, worst_of
+from .result import in_row_blocks, no_valid_rows, skipped, worst_of
 
 U_BF16 = 2.0**-8
 U_FP32 = 2.0**-24
@@ -40,12 +38,6 @@ BF16_MAX = float(torch.finfo(torch.bfloat16).max)
 #: no element has a budget, so nothing was compared; ``nonfinite_pattern_matches`` judges them.
 NO_FINITE_TRUTH = ("every valid element's truth is non-finite in bf16 (nothing within a budget to compare): "
                    "nonfinite_pattern_matches judges them")
-
-
-#: Elements of a shard ``within_tolerance`` widens to fp64 at once (its error, budget and ranking temporaries, some
-#: ten of them): a whole 4096 x 8192 shard's held 2.8 GB of a rank, and 16 ranks time-slicing an 80 GB H100 ran
-#: out of memory in the check (36th session). A shard up to this size is one block, checked as before.
-BLOCK_ELEMENTS = 1 << 22
 
 
 def budget(truth: Truth, rows: tuple[int, int] | None = None) -> torch.Tensor:
@@ -61,15 +53,14 @@ def budget(truth: Truth, rows: tuple[int, int] | None = None) -> torch.Tensor:
 
 def within_tolerance(actual: torch.Tensor, truth: Truth, *, rank: int | None = None, name="within_tolerance"):
     """Check the valid rows of ``actual`` (S, N) against the truth. Non-finite truths are skipped here; a rank with
-    no valid row is a skip (:data:`properties.result.NO_VALID_ROWS`), not a pass. A shard of more than
-    :data:`BLOCK_ELEMENTS` elements is checked in blocks of rows, and their results merged into the one the whole
-    shard gives (:func:`_merged`)."""
+    no valid row is a skip (:data:`properties.result.NO_VALID_ROWS`), not a pass. Checked in blocks of rows
+    (:func:`~properties.result.in_row_blocks`: a whole large shard's fp64 temporaries ran 16 ranks of one GPU out of
+    memory)."""
     n = truth.n_valid
     if n <= 0:
         return no_valid_rows(name, rank)
-    step = max(1, BLOCK_ELEMENTS // max(1, actual[0].numel()))
-    blocks = [_within_rows(actual, truth, start, min(n, start + step), rank, name) for start in range(0, n, step)]
-    res = blocks[0] if len(blocks) == 1 else _merged(blocks, name, rank)
+    res = in_row_blocks(lambda start, stop: _within_rows(actual, truth, start, stop, rank, name), n,
+                        actual[0].numel(), name, rank, extra_merge={"max_error_over_budget": max})
     if res.total == 0:  # no finite truth on these rows (or no element at all): nothing was compared, so no pass
         return skipped(name, NO_FINITE_TRUTH, rank=rank, per_example=True)
     if not res.passed:
@@ -79,7 +70,7 @@ def within_tolerance(actual: torch.Tensor, truth: Truth, *, rank: int | None = N
 
 
 def _within_rows(actual, truth: Truth, start: int, stop: int, rank, name):
-    """The check on the shard rows ``start:stop`` (valid rows); its worst element's index is the shard's."""
+    """The check on the valid shard rows ``start:stop``."""
     a = actual[start:stop].detach().to(torch.float64)  # checks run where the data is (GPU or CPU)
     y = truth.y[start:stop].to(a.device)
     allowed = budget(truth, (start, stop)).to(a.device)
@@ -92,24 +83,5 @@ def _within_rows(actual, truth: Truth, start: int, stop: int, rank, name):
     # counts, one transfer).
     ratio = torch.where(finite_truth, err / allowed, torch.zeros_like(err))
     tightest = ratio.max() if ratio.numel() else torch.zeros((), dtype=torch.float64, device=a.device)
-    res = worst_of(name, wrong, err, a, y, allowed, rank=rank, row_offset=truth.row_offset + start,
-                   total=finite_truth.sum(), scalars={"max_error_over_budget": tightest})
-    if start and res.worst_index is not None:
-        res.worst_index = (res.worst_index[0] + start, *res.worst_index[1:])
-    return res
-
-
-def _merged(blocks: list, name: str, rank):
-    """One result for the blocks of a shard, as :func:`~properties.result.worst_of` gives it for the whole: counts
-    summed; the worst element is the worst wrong one (else the worst of all), NaN errors worst, the first
-    block's on a tie (argmax's first place over the rows in order); the tightest ratio the largest."""
-    res = CheckResult(name=name, passed=all(b.passed for b in blocks), rank=rank,
-                      total=sum(b.total for b in blocks), n_wrong=sum(b.n_wrong for b in blocks),
-                      n_nan=sum(b.n_nan for b in blocks), n_inf=sum(b.n_inf for b in blocks))
-    pool = [b for b in blocks if b.n_wrong] or blocks
-    worst = max(pool, key=lambda b: math.inf if b.worst_error is None or math.isnan(b.worst_error)
-                else b.worst_error)
-    for f in ("worst_index", "worst_row", "worst_actual", "worst_expected", "worst_error", "allowed"):
-        setattr(res, f, getattr(worst, f))
-    res.extra["max_error_over_budget"] = max(b.extra["max_error_over_budget"] for b in blocks)
-    return res
+    return worst_of(name, wrong, err, a, y, allowed, rank=rank, row_offset=truth.row_offset + start,
+                    total=finite_truth.sum(), scalars={"max_error_over_budget": tightest})

@@ -1,8 +1,10 @@
-"""``within_tolerance`` checks a large shard in blocks of rows (properties/tolerance.py, ``BLOCK_ELEMENTS``: 16 ranks
-time-slicing an 80 GB H100 ran out of memory in the whole-shard check) and gives the result the whole shard gives:
+"""The element checks take a large shard in blocks of rows (properties/result.py, ``in_row_blocks`` and
+``BLOCK_ELEMENTS``: 16 ranks time-slicing an 80 GB H100 ran out of memory in a whole-shard ``within_tolerance``) and
+give the result the whole shard gives. ``within_tolerance``:
 the same verdict, counts, worst element (its shard index and global row, values, budget) and tightest ratio --
 for conforming results, a dropped rank, NaN and infinite elements, a wrong element in the last block alone, and
-equal errors in two blocks (the first one is reported, as argmax over the whole shard does)."""
+equal errors in two blocks (the first one is reported, as argmax over the whole shard does). ``bitwise_equal`` and
+``nonfinite_pattern_matches`` the same, their counts of non-finite elements included."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 from oracle import all_rank_inputs, shard_truth
-from properties import tolerance, within_tolerance
+from properties import bitwise_equal, nonfinite_pattern_matches, result, tolerance, within_tolerance
 
 W, M, N, K, SEED, RANK = 4, 40, 64, 128, 5, 1
 S = -(-M // W)
@@ -81,7 +83,7 @@ def test_blocks_give_the_whole_shards_result(case, monkeypatch, which, rows_per_
     else:
         y = _results(good, dropped)[which]
     whole = within_tolerance(y, truth, rank=RANK)
-    monkeypatch.setattr(tolerance, "BLOCK_ELEMENTS", rows_per_block * N)
+    monkeypatch.setattr(result, "BLOCK_ELEMENTS", rows_per_block * N)
     blocked = within_tolerance(y, truth, rank=RANK)
     assert _fields(blocked) == _fields(whole)
     assert whole.passed == (which == "conforming")
@@ -90,7 +92,25 @@ def test_blocks_give_the_whole_shards_result(case, monkeypatch, which, rows_per_
 def test_the_worst_element_is_named_by_its_shard_place_in_a_later_block(case, monkeypatch):
     truth, good, _ = case
     y = _results(good, None)["wrong in the last block only"]
-    monkeypatch.setattr(tolerance, "BLOCK_ELEMENTS", N)
+    monkeypatch.setattr(result, "BLOCK_ELEMENTS", N)
     res = within_tolerance(y, truth, rank=RANK)
     assert not res.passed and res.n_wrong == 1 and res.total == S * N
     assert res.worst_index == (S - 1, N - 1) and res.worst_row == RANK * S + S - 1
+
+
+@pytest.mark.parametrize("rows_per_block", [1, 3])
+@pytest.mark.parametrize("which", ["conforming", "dropped rank", "nan in a late row", "inf and nan",
+                                   "wrong in the last block only", "equal errors in two blocks"])
+def test_bitwise_and_nonfinite_blocks_give_the_whole_shards_result(case, monkeypatch, which, rows_per_block):
+    _, good, dropped = case
+    y = _results(good, dropped)[which]
+    expected = good.clone()
+    expected[3, 2], expected[S - 1, 7] = float("-inf"), float("nan")  # the oracle's own non-finite elements
+    checks = [lambda: bitwise_equal(y, good, S, rank=RANK, row_offset=RANK * S),
+              lambda: nonfinite_pattern_matches(y, expected, S, rank=RANK, row_offset=RANK * S)]
+    whole = [c() for c in checks]
+    monkeypatch.setattr(result, "BLOCK_ELEMENTS", rows_per_block * N)
+    blocked = [c() for c in checks]
+    for w, b in zip(whole, blocked):
+        assert _fields(b) == _fields(w) and b.extra == w.extra and b.detail == w.detail
+    assert whole[0].passed == (which == "conforming") and not whole[1].passed
