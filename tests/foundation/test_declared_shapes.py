@@ -32,7 +32,7 @@ from fuzz.strategies import (
     smallest_shape_cases,
     smallest_shape_ms,
 )
-from kernel.errors import UnsupportedConfigError
+from kernel.errors import ShapeError, UnsupportedConfigError
 from kernel.fused import FusedGemmRs
 from kernel.interface import Eligibility
 from kernel.unfused import UnfusedGemmRs
@@ -131,6 +131,23 @@ class RejectsWithoutFallback(_NoKTails):
         return super().validate(x, w, out)
 
 
+class RejectsWithAShapeError(RejectsWithoutFallback):
+    """Rejects the undeclared shape, but with a shape error: not the typed error the contract names for it."""
+
+    def validate(self, x, w, out):
+        if self.K % 64:
+            raise ShapeError(f"K={self.K}: no K tail")
+        return super().validate(x, w, out)
+
+
+class RejectsAfterZeroingW(RejectsWithoutFallback):
+    """Rejects the undeclared shape with its typed error, after it zeroed the caller's weight."""
+
+    def validate(self, x, w, out):
+        w.zero_()
+        return super().validate(x, w, out)
+
+
 class AcceptsWithoutFallback(RejectsWithoutFallback):
     def validate(self, x, w, out):
         return UnfusedGemmRs.validate(self, x, w, out)
@@ -156,6 +173,8 @@ TAIL = Case("compute", seed=1, N=64, K=100, max_M=256, ms=[33], kind="exact")
     (DeclaresButRuns, False, False),
     (AcceptsWithoutFallback, False, False),
     (RejectsWithoutFallback, True, False),
+    (RejectsWithAShapeError, False, False),
+    (RejectsAfterZeroingW, False, False),
     (RejectsAtConstruction, True, False),
     (FallsBack, True, True),
 ])

@@ -1,0 +1,209 @@
+"""What each check of the families compares with what (the 36th session's planted-bug audit of fuzz/families/): a
+check pointed at the wrong tensor, call, instance or rank passes the correct implementation exactly as before, so
+only a test that breaks the very thing the check is about -- the oracle, a fresh instance, the out= buffer before the
+call -- sees it."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+from _in_process import CPU, failed_checks, run_on_one_cpu_rank
+
+from fuzz.bad_calls import BAD_CALLS
+from fuzz.case import Case
+from fuzz.families import RankContext, bad_call
+from fuzz.families.calls import CaseCalls
+from kernel.unfused import UnfusedGemmRs
+from mutants import catalogue
+from properties.result import CheckResult
+
+BASE = dict(seed=7, N=64, K=64, max_M=64)
+
+
+def test_the_oracle_sanity_check_judges_the_oracle_not_the_implementation(monkeypatch):
+    # an oracle off by one everywhere (a broken reference: a rank dropped, a wrong group); the implementation right
+    reference = RankContext.reference
+    monkeypatch.setattr(RankContext, "reference", lambda self, x, w: reference(self, x, w) + 1.0)
+    checks = run_on_one_cpu_rank(UnfusedGemmRs, Case("compute", ms=[5], kind="gaussian", repeat=1, **BASE))
+    assert failed_checks(checks, "oracle_within_tolerance"), [c.render() for c in checks
+                                                              if c.name == "oracle_within_tolerance"]
+    assert not failed_checks(checks, "within_tolerance")  # the implementation's own result is still right
+
+
+class _OffAfterAnotherM(UnfusedGemmRs):
+    """A test implementation off by one unit in the last place on every call once the instance has served another M
+    (alternation: state from a call at another M): right on any instance's calls at its first M."""
+
+    name = "test-off-after-another-m"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        self._ms = getattr(self, "_ms", set()) | {M}
+        if len(self._ms) > 1:
+            y[: self.valid_rows(M)].view(torch.int16).add_(1)
+        return y
+
+
+def test_each_result_is_compared_with_a_fresh_instances_first_call():
+    # call1 (M = 7) follows calls at M = 5 on the long-lived instance: off; a fresh instance's first call is right
+    # (the long-lived instance called again at M = 7 would be off the same way: compared with it, nothing shows)
+    checks = run_on_one_cpu_rank(_OffAfterAnotherM, Case("compute", ms=[5, 7], kind="gaussian", repeat=1, **BASE))
+    (fresh,) = [c for c in checks if c.name == "fresh_per_call"]
+    assert not fresh.passed and not fresh.skipped, fresh.render()
+    assert "call 1 of the sequence (M=7" in fresh.detail, fresh.detail
+
+
+def test_a_late_rank_on_the_cpu_arrives_as_late_as_drawn():
+    # the drawn delays (fuzz.strategies.DRAWN_DELAYS_MS) make the late rank's skew; a rank that does not wait them out
+    # makes every late-rank case an on-time one (the mutants LateRankReadsStaleBuffer and LateRankDroppedAfterTimeout
+    # are wrong only behind a late peer)
+    ctx = RankContext(UnfusedGemmRs, rank=0, world_size=1, device=CPU)
+    start = time.perf_counter()
+    ctx.delay(60)
+    assert time.perf_counter() - start >= 0.06
+
+
+def test_the_late_rank_waits_every_drawn_delay_before_its_calls(monkeypatch):
+    # the smallest drawn skew too (fuzz.strategies.DRAWN_DELAYS_MS): 5 ms before each verified and back-to-back call
+    waited = []
+    monkeypatch.setattr(RankContext, "delay", lambda self, ms: waited.append(ms))
+    checks = run_on_one_cpu_rank(UnfusedGemmRs, Case("compute", ms=[5, 7], repeat=1, late_rank=0, delay_ms=5,
+                                                     burst=True, **BASE))
+    assert not failed_checks(checks), [c.render() for c in failed_checks(checks)]
+    assert waited == [5] * 4, waited  # call0, call1, burst0, burst1
+    on_time = run_on_one_cpu_rank(UnfusedGemmRs, Case("compute", ms=[5], repeat=1, late_rank=0, delay_ms=0, **BASE))
+    assert on_time and waited == [5] * 4
+
+
+def test_the_instances_familys_back_to_back_calls_have_the_late_rank_wait_before_each(monkeypatch):
+    # a forward pass's layers behind a late peer: the only calls of the family made with the late rank's delay
+    waited = []
+    monkeypatch.setattr(RankContext, "delay", lambda self, ms: waited.append(ms))
+    checks = run_on_one_cpu_rank(UnfusedGemmRs, Case("instances", ms=[5, 7, 3], shapes=[[32, 64, 64]], order=[0, 1, 0],
+                                                     late_rank=0, delay_ms=5, repeat=1, **BASE))
+    assert not failed_checks(checks), [c.render() for c in failed_checks(checks)]
+    bursts = [c.extra["call"] for c in checks if c.name == "path_taken" and ".burst" in c.extra["call"]]
+    assert len(bursts) == 3 and waited == [5] * 3, (bursts, waited)
+
+
+def test_the_bias_check_goes_by_each_calls_own_input_kind():
+    # a case whose kind is exact but whose second call draws gaussian inputs: that call's shard is rounded, so its bias
+    # is checked (a scale error is inside the tolerance and bitwise right on exact inputs: only this check sees it)
+    case = Case("compute", ms=[5, 64], kind="exact", kinds=["exact", "gaussian"], repeat=1, **BASE)
+    checks = run_on_one_cpu_rank(catalogue.ScaleError, case)
+    bias = {c.extra["call"]: c for c in checks if c.name == "no_systematic_bias"}
+    assert bias["call0"].skipped and "exact inputs" in bias["call0"].detail, bias["call0"].render()
+    assert not bias["call1"].passed and not bias["call1"].skipped, bias["call1"].render()
+
+
+class _ResultsFromTwoBuffers(UnfusedGemmRs):
+    """A test implementation that hands out its results from two buffers in turn (without ``out=``): every result
+    shares its storage with the one two calls before."""
+
+    name = "test-results-from-two-buffers"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is not None:
+            return y
+        self._n = getattr(self, "_n", 0) + 1
+        ring = self.__dict__.setdefault("_ring", [torch.empty_like(y), torch.empty_like(y)])
+        return ring[self._n % 2][: y.shape[0]].copy_(y)
+
+
+def test_a_result_is_fresh_against_every_result_the_caller_holds_not_only_the_last():
+    # the repeats make the same call three times: the third result is the first one's storage, holding the same bits
+    # (earlier_results_unchanged cannot see it); the one right before is another buffer
+    checks = run_on_one_cpu_rank(_ResultsFromTwoBuffers, Case("compute", ms=[5], out="none", repeat=3, **BASE))
+    fresh = {c.extra["call"]: c for c in checks if c.name == "fresh_result"}
+    assert fresh["call0"].passed and fresh["call0.repeat1"].passed
+    assert not fresh["call0.repeat2"].passed, fresh["call0.repeat2"].render()
+    assert "call0 (M=5)" in fresh["call0.repeat2"].detail, fresh["call0.repeat2"].detail
+
+
+class _RowAfterOutWrittenAndPutBack(UnfusedGemmRs):
+    """A test implementation that uses the row after ``out`` (the caller's next tensor in its buffer) as scratch and
+    puts its bits back before it returns: the red zones read after the call find them intact."""
+
+    name = "test-row-after-out-put-back"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is not None:
+            start = out.storage_offset() + out.numel()
+            after = out.new_empty(0).set_(out.untyped_storage(), start, (out.shape[1],))
+            saved = after.clone()
+            after.fill_(1.0)
+            after.copy_(saved)
+        return y
+
+
+def test_a_write_around_out_put_back_before_the_call_returned_fails_inputs_untouched():
+    checks = run_on_one_cpu_rank(_RowAfterOutWrittenAndPutBack, Case("compute", ms=[5], repeat=1, **BASE))
+    failed = failed_checks(checks)
+    assert [c.name for c in failed] == ["inputs_untouched"], [c.render() for c in failed]
+    assert "into the buffer around out" in failed[0].detail, failed[0].detail
+
+
+class _PaddingRowOnes:
+    """A minimal implementation seen as group rank 1 of 2 (the ledger is told so): a fresh (3, N) shard at M = 5 whose
+    padding row (its third: global row 5) holds ones, its valid rows zeros."""
+
+    main_path, N, device, last_path = "fake", 4, CPU, None
+
+    def expected_path(self, x, w):
+        return "fake", ""
+
+    def state_tensors(self):
+        return {}
+
+    def __call__(self, x, w, out=None):
+        self.last_path = "fake"
+        y = torch.zeros(3, self.N, dtype=torch.bfloat16)
+        y[2] = 1.0
+        return y
+
+
+def test_a_fresh_results_padding_is_reported_at_its_global_row():
+    calls = CaseCalls(1, 2)
+    x, w = torch.zeros(5, 8, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=torch.bfloat16)
+    calls.call(_PaddingRowOnes(), x, w, tag="call0")
+    (pad,) = [c for c in calls.checks if c.name == "fresh_padding_zero"]
+    assert not pad.passed and pad.worst_row == 5, pad.render()  # rank 1's rows start at S = 3: its padding row is 5
+
+
+class _BadCallRoundsXFirst(UnfusedGemmRs):
+    """A test implementation that rounds the caller's x in place (to its integer part) before it checks the call:
+    every bad call it rejects has changed x."""
+
+    name = "test-bad-call-rounds-x-first"
+
+    def __call__(self, x, w, out=None):
+        if isinstance(x, torch.Tensor) and x.device.type != "meta" and x.dtype.is_floating_point:
+            x.trunc_()
+        return super().__call__(x, w, out)
+
+
+def test_a_bad_call_that_changed_x_is_not_rejected_cleanly():
+    checks = run_on_one_cpu_rank(_BadCallRoundsXFirst, Case("bad_call", ms=[5], kind="gaussian", bad="w_dtype",
+                                                            **BASE))
+    (bad,) = [c for c in checks if c.name == "bad_call_rejected"]
+    assert not bad.passed and "x" in bad.detail, bad.render()
+
+
+@pytest.mark.parametrize("W", [2, 3])
+def test_every_entry_every_rank_rejected_is_the_lone_bad_call_for_some_seed(W, monkeypatch):
+    made = []
+    monkeypatch.setattr(bad_call, "reject", lambda ctx, impl, entry, good, *, name, **kw: (
+        made.append(entry.name), CheckResult(name=name, passed=True, rank=ctx.rank))[1])
+    monkeypatch.setattr(bad_call, "verified_call", lambda *a, **kw: ([], None, None))
+    clean = [CheckResult(name="bad_call_rejected", passed=True, extra={"bad": b, "M": 5}) for b in BAD_CALLS]
+    group = SimpleNamespace(world_size=W, gather=lambda v: dict.fromkeys(range(W), v), barrier=lambda: None)
+    for seed in range(len(BAD_CALLS) * W):
+        for r in range(W):
+            group.rank = r
+            bad_call.rejected_alone(group, None, SimpleNamespace(seed=seed), clean, SimpleNamespace(M=5))
+    assert set(made) == set(BAD_CALLS), sorted(set(BAD_CALLS) - set(made))
