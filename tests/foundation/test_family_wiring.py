@@ -207,3 +207,62 @@ def test_every_entry_every_rank_rejected_is_the_lone_bad_call_for_some_seed(W, m
             group.rank = r
             bad_call.rejected_alone(group, None, SimpleNamespace(seed=seed), clean, SimpleNamespace(M=5))
     assert set(made) == set(BAD_CALLS), sorted(set(BAD_CALLS) - set(made))
+
+
+class _WritesThePoolsInstance(UnfusedGemmRs):
+    """A test implementation whose instances' calls write into the first instance's workspace (one flag area kept by
+    the first instance built: the pool's long-lived one, instance 0 of an instances case)."""
+
+    name = "test-writes-the-pools-instance"
+    first: list = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.first:
+            self.first.append(self)
+
+    def _run(self, x, w, out, M):
+        if self.first[0] is not self:
+            self.first[0]._ws[0, 0] = float(M)
+        return super()._run(x, w, out, M)
+
+
+def test_a_case_instances_call_that_writes_the_pools_instance_fails_other_instances_untouched():
+    _WritesThePoolsInstance.first.clear()
+    try:
+        checks = run_on_one_cpu_rank(_WritesThePoolsInstance, Case("instances", ms=[5, 7], shapes=[[32, 64, 64]],
+                                                                   order=[0, 1], repeat=1, **BASE))
+    finally:
+        _WritesThePoolsInstance.first.clear()
+    failed = failed_checks(checks, "other_instances_untouched")
+    assert failed and "instance 0" in failed[0].detail, [c.render() for c in checks
+                                                         if c.name == "other_instances_untouched"]
+
+
+class _StaleAfterAnotherInstanceCloses(UnfusedGemmRs):
+    """A test implementation whose instances go wrong once any instance built after them is closed (a workspace
+    registry that frees a block an older instance still points to); a new instance is right."""
+
+    name = "test-stale-after-another-instance-closes"
+    closes = [0]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._born = self.closes[0]
+
+    def close(self):
+        self.closes[0] += 1
+        super().close()
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if self._born < self.closes[0]:
+            y[: self.valid_rows(M)].add_(1.0)
+        return y
+
+
+def test_after_a_re_creation_the_pools_instance_is_called_again():
+    checks = run_on_one_cpu_rank(_StaleAfterAnotherInstanceCloses, Case(
+        "instances", ms=[5, 7], shapes=[[32, 64, 64]], order=[0, 1], recreate=[[48, 64, 64]], repeat=1, **BASE))
+    failed = {c.extra["call"] for c in failed_checks(checks, "within_tolerance")}
+    assert failed == {"instance 0.after_recreate0"}, failed
