@@ -14,8 +14,8 @@ from _in_process import CPU, failed_checks, run_on_one_cpu_rank
 
 from fuzz.bad_calls import BAD_CALLS
 from fuzz.case import Case
-from fuzz.families import RankContext, bad_call
-from fuzz.families.calls import CaseCalls
+from fuzz.families import RankContext, bad_call, run_case
+from fuzz.families.calls import CallRaised, CaseCalls, raised_by_call
 from kernel.unfused import UnfusedGemmRs
 from mutants import catalogue
 from properties.result import CheckResult
@@ -266,3 +266,58 @@ def test_after_a_re_creation_the_pools_instance_is_called_again():
         "instances", ms=[5, 7], shapes=[[32, 64, 64]], order=[0, 1], recreate=[[48, 64, 64]], repeat=1, **BASE))
     failed = {c.extra["call"] for c in failed_checks(checks, "within_tolerance")}
     assert failed == {"instance 0.after_recreate0"}, failed
+
+
+class _WaivesBatchInvarianceWrongInBigBatches(UnfusedGemmRs):
+    """A test implementation that waives batch invariance (non-exact inputs may differ in their last bits between
+    batches) and is wrong, by one, in every batch of 32 rows and more: a waiver that excuses rounding, not this."""
+
+    name = "test-waives-batch-invariance"
+    waived_clauses = {"batch_invariant": "a batch's tiles round differently on non-exact inputs"}
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if M >= 32:
+            y[: self.valid_rows(M)].add_(1.0)
+        return y
+
+
+def test_a_batch_invariance_waiver_does_not_excuse_exact_inputs():
+    checks = run_on_one_cpu_rank(_WaivesBatchInvarianceWrongInBigBatches,
+                                 Case("compute", ms=[5], kind="exact", batch_m=40, repeat=1, **BASE))
+    (inv,) = [c for c in checks if c.name == "batch_invariant"]
+    assert not inv.passed and not inv.skipped, inv.render()
+    gaussian = run_on_one_cpu_rank(_WaivesBatchInvarianceWrongInBigBatches,
+                                   Case("compute", ms=[5], kind="gaussian", batch_m=40, repeat=1, **BASE))
+    (waived,) = [c for c in gaussian if c.name == "batch_invariant"]
+    assert waived.skipped and "waived by the implementation" in waived.detail, waived.render()
+
+
+def test_a_case_under_an_engines_defaults_builds_its_own_instance_beside_the_pools():
+    # the pool already holds an instance of the shape, built under the process's defaults; the engine's case must
+    # build (and call) one of its own under its defaults -- flag words in the default dtype break only there
+    ctx = RankContext(catalogue.FlagWordsInDefaultDtype, rank=0, world_size=1, device=CPU)
+    try:
+        plain = run_case(ctx, Case("compute", ms=[5], repeat=1, **BASE))
+        engine = run_case(ctx, Case("compute", ms=[5], repeat=1, defaults="engine", **BASE))
+        held = sorted(ctx.held_impls())
+    finally:
+        ctx.close()
+    assert not failed_checks(plain), [c.render() for c in failed_checks(plain)]
+    assert failed_checks(engine, "call_raised"), [c.render() for c in engine]
+    assert len(held) == 2 and "built under engine defaults" in held[1], held
+
+
+def test_an_error_raised_while_a_valid_calls_failure_was_handled_is_that_calls():
+    # a CUDA-graph capture that ends after a raising call raises its own error on top of it (implicitly chained:
+    # __context__, no __cause__): the call's failure (call_raised), not a harness error
+    def capture_ending_on_a_failed_call():
+        try:
+            raise CallRaised("RuntimeError in call graph0_capture")
+        except CallRaised:
+            raise RuntimeError("operation failed due to a previous error during capture")  # noqa: B904
+
+    with pytest.raises(RuntimeError) as info:
+        capture_ending_on_a_failed_call()
+    assert raised_by_call(info.value)
+    assert not raised_by_call(RuntimeError("a harness error"))
