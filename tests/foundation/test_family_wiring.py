@@ -321,3 +321,41 @@ def test_an_error_raised_while_a_valid_calls_failure_was_handled_is_that_calls()
         capture_ending_on_a_failed_call()
     assert raised_by_call(info.value)
     assert not raised_by_call(RuntimeError("a harness error"))
+
+
+def test_a_group_views_gather_asks_its_own_groups_ranks(monkeypatch):
+    # world rank 2 of 4 as group rank 0 of the TP group [2, 3]: the answers of that group's two ranks, gathered on its
+    # process group -- the world's four (another replica's among them) would be keyed as if they were group ranks
+    import torch.distributed as dist
+
+    asked = []
+
+    def all_gather_object(out, answer, group=None):
+        asked.append(group)
+        out[:] = [f"{answer} of group rank {r}" for r in range(len(out))]
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    world = RankContext(UnfusedGemmRs, rank=2, world_size=4, device=CPU)
+    handle = object()
+    world._shared.groups[(2, 3)] = handle
+    view = world.on_group([2, 3], 1)
+    assert view.gather("yes") == {0: "yes of group rank 0", 1: "yes of group rank 1"}
+    assert asked == [handle]
+
+
+def test_a_rank_that_states_no_path_table_beside_a_peer_that_does_fails_the_agreement(monkeypatch):
+    # None on this rank (no claim), a table on the peer: the two ranks launch different kernels for one call
+    class Impl:
+        def __init__(self, group, **kw):
+            pass
+
+        def path_table(self):
+            return None
+
+    monkeypatch.setattr(RankContext, "gather", lambda self, mine: {0: mine, 1: ((1, "pull 64x112"),)})
+    ctx = RankContext(Impl, rank=0, world_size=2, device=CPU)
+    ctx.begin_case()
+    ctx.new_impl(64, 64, 64)
+    (check,) = ctx.calls.checks
+    assert check.name == "kernel_paths_agree_across_ranks" and not check.passed, check.render()
