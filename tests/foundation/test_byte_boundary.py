@@ -5,6 +5,9 @@ real sizes (2^31, 2^32 bytes) run nightly on a GPU (fuzz/test_gemm_rs.py::test_b
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from _in_process import run_on_one_cpu_rank as _run
 from hypothesis import HealthCheck, given, settings
@@ -43,6 +46,26 @@ def test_windows_hold_each_boundary_row_of_the_output_and_the_workspace():
     rows = {r for a, b in windows for r in range(a, b)}
     assert {254, 256, 258, 510, 512, 514, 0, 599} <= rows  # local (output) boundary rows, first and last
     assert all(0 <= a < b <= 600 for a, b in windows)
+
+
+def test_windows_hold_the_workspace_boundary_row_inside_a_later_ranks_shard():
+    # 2^17 bytes into the W * S-row workspace: global row 1024, in rank 1's shard (rows 600..1199) its local row 424;
+    # as a row of rank 1's own output (600 rows, 76800 bytes) it is past the end
+    windows = boundary_windows((2**17,), 64, 2, 1200, 1)
+    rows = {r for a, b in windows for r in range(a, b)}
+    assert {422, 424, 426} <= rows and rows - {422, 423, 424, 425, 426} == {0, 1, 2, 597, 598, 599}, sorted(rows)
+
+
+@pytest.mark.multiproc
+def test_the_correct_implementation_passes_at_the_boundaries_on_a_later_rank(dist_helpers):
+    # W = 2, M = 1200: rank 1's rows start at 600, where its truth must be taken
+    worker = Path(__file__).resolve().parent / "_dims_workers.py"
+    case = Case("byte_boundary", seed=4, N=64, K=64, max_M=1200, ms=[1200], kind="gaussian", out="none", repeat=1,
+                byte_limits=[2**15, 2**17])
+    verdicts = dist_helpers.run_ranks(worker, "layout_cases", 2, {"runs": [["unfused", case.to_json()]]}, timeout=120)
+    for v in verdicts:
+        (run,) = v["info"]["runs"]
+        assert run["failed"] == [] and "within_tolerance" in run["passed"], (v["rank"], run)
 
 
 def _full_shard(check) -> bool:

@@ -359,3 +359,48 @@ def test_a_rank_that_states_no_path_table_beside_a_peer_that_does_fails_the_agre
     ctx.new_impl(64, 64, 64)
     (check,) = ctx.calls.checks
     assert check.name == "kernel_paths_agree_across_ranks" and not check.passed, check.render()
+
+
+class _LastRowOffByOneUlp(UnfusedGemmRs):
+    """A test implementation one unit in the last place off in the last valid row's first element."""
+
+    name = "test-last-row-off-by-one-ulp"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        n_valid = self.valid_rows(M)
+        y[n_valid - 1 : n_valid, :1].view(torch.int16).add_(1)
+        return y
+
+
+def test_the_differential_digest_of_a_call_covers_its_last_valid_row():
+    # fuzz.differential compares implementations call by call through the digest the first value check carries
+    case = Case("compute", ms=[5], kind="gaussian", repeat=1, **BASE)
+
+    def digest_of_call0(factory):
+        (first,) = [c for c in run_on_one_cpu_rank(factory, case)
+                    if c.name == "within_tolerance" and c.extra.get("call") == "call0"]
+        return first.extra["digest"]
+
+    assert digest_of_call0(UnfusedGemmRs) == digest_of_call0(UnfusedGemmRs)
+    assert digest_of_call0(_LastRowOffByOneUlp) != digest_of_call0(UnfusedGemmRs)
+
+
+class _RowAfterOutWritten(UnfusedGemmRs):
+    """A test implementation that writes the row after ``out`` (one row past the shard) and leaves it so."""
+
+    name = "test-row-after-out-written"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is not None:
+            start = out.storage_offset() + out.numel()
+            out.new_empty(0).set_(out.untyped_storage(), start, (out.shape[1],)).fill_(1.0)
+        return y
+
+
+def test_the_red_zones_around_out_are_read_after_every_call_with_out():
+    # (a kernel's stores are no torch ops: on a GPU the red zones are the only witness of a write past out)
+    checks = run_on_one_cpu_rank(_RowAfterOutWritten, Case("compute", ms=[5], repeat=1, **BASE))
+    guards = [c for c in checks if c.name == "guard_regions_untouched" and c.extra.get("call") == "call0"]
+    assert guards and not guards[0].passed and "out" in guards[0].detail, [c.render() for c in guards]
