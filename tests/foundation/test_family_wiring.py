@@ -404,3 +404,31 @@ def test_the_red_zones_around_out_are_read_after_every_call_with_out():
     checks = run_on_one_cpu_rank(_RowAfterOutWritten, Case("compute", ms=[5], repeat=1, **BASE))
     guards = [c for c in checks if c.name == "guard_regions_untouched" and c.extra.get("call") == "call0"]
     assert guards and not guards[0].passed and "out" in guards[0].detail, [c.render() for c in guards]
+
+
+class _GuardRegionsRaiseOnSecondRead(UnfusedGemmRs):
+    """A test implementation whose ``guard_regions()`` raises the second time it is asked (its first call checked)."""
+
+    name = "test-guard-regions-raise-on-second-read"
+
+    def guard_regions(self):
+        self._reads = getattr(self, "_reads", 0) + 1
+        if self._reads == 2:
+            raise RuntimeError("red zones not mapped yet")
+        return super().guard_regions()
+
+
+def test_a_method_raising_mid_family_keeps_the_per_call_checks_made_before_it():
+    checks = run_on_one_cpu_rank(_GuardRegionsRaiseOnSecondRead, Case("compute", ms=[5, 7], repeat=1, **BASE))
+    assert checks[-1].name == "call_raised" and "guard_regions" in checks[-1].detail, checks[-1].render()
+    assert {(c.name, c.extra.get("call")) for c in checks} >= {("path_taken", "call0"), ("result_contract", "call0")}
+
+
+def test_the_end_of_case_checks_name_the_rank_that_made_them():
+    ctx = RankContext(_PaddingRowOnes, rank=1, world_size=2, device=CPU)
+    calls = ctx.begin_case()
+    ctx.call(_PaddingRowOnes(), torch.zeros(5, 8, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=torch.bfloat16),
+             tag="call0")
+    ends = calls.finish()
+    assert {c.name for c in ends} >= {"earlier_results_unchanged", "inputs_untouched"}
+    assert {c.rank for c in calls.checks + ends} == {1}, [(c.name, c.rank) for c in calls.checks + ends]
