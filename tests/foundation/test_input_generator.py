@@ -160,3 +160,41 @@ def test_nonfinite_kind_has_a_nan_weight_on_one_rank_and_a_zero_row_on_every_ran
             assert int(torch.isnan(x).sum()) == 1 and int(torch.isinf(x).sum()) == 2
             assert torch.equal(make_x(seed, r, 37, 96, W, "nonfinite", rows=(z, z + 1)).view(torch.int16),
                                x[z : z + 1].view(torch.int16))
+
+
+@pytest.mark.parametrize("W", [1, 2, 8])
+def test_the_nonfinite_kind_plants_a_nan_a_plus_inf_and_a_minus_inf_in_every_ranks_x(W):
+    # nonfinite_pattern_matches compares the classes of the non-finite values: a kernel that turns -Inf into +Inf (an
+    # abs, a max with the wrong sign) shows only where the inputs hold both infinities
+    for seed in range(4):
+        for r in range(W):
+            x = make_x(seed, r, 37, 96, W, "nonfinite").float()
+            assert int(torch.isnan(x).sum()) == 1, (seed, r)
+            assert int((x == float("inf")).sum()) == 1 and int((x == float("-inf")).sum()) == 1, (seed, r)
+
+
+@pytest.mark.parametrize("M", [2, 3, 4, 5])
+def test_the_nonfinite_zero_row_is_there_whenever_a_row_holds_no_planted_value(M):
+    K = 4  # few rows and columns: the planted values often take all rows but one, and that one is the zero row
+    for seed in range(32):
+        for r in range(2):
+            taken = {flat // K for flat in inputs._nonfinite_picks(seed, r, M, K)}
+            z = inputs.zero_row(seed, r, M, K)
+            if len(taken) == M:
+                assert z is None
+                continue
+            assert z is not None and z not in taken, (seed, r, z, taken)
+            assert bool((make_x(seed, r, M, K, 2, "nonfinite")[z] == 0).all()), (seed, r, z)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "small", "large", "skewed", "nonfinite"])
+def test_x_and_w_of_one_rank_are_independent_draws(kind):
+    # w read from x's place in the table (x's rows times 1/sqrt(K)) would make every partial's diagonal a sum of
+    # squares: a bias no real layer has, and a kernel mixing up its x and w rows would not show
+    N, K = 64, 128
+    x = make_x(6, 1, N, K, 4, kind).double()  # fp64: the large kind's squares overflow fp32
+    w = make_w(6, 1, N, K, 4, kind).double()
+    finite = torch.isfinite(x) & torch.isfinite(w)
+    xs, ws = x[finite], w[finite]
+    corr = float((xs * ws).mean() / (xs.square().mean() * ws.square().mean()).sqrt())
+    assert abs(corr) < 0.06, (kind, corr)
