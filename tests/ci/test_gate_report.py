@@ -477,3 +477,112 @@ def test_an_error_says_what_the_ranks_raised_not_only_that_they_did(tmp_path):
     assert why.startswith("ranks [0, 1, 2, 3, 4, 5] raised: torch.AcceleratorError: CUDA error: unspecified launch "
                           "failure; rank 7 raised: torch.AcceleratorError: CUDA error: an illegal memory access"), why
     assert "Search for" not in why and "DSA" not in why and "kernel path" not in why and note in why, why
+
+
+def test_a_property_counts_each_case_once_whatever_its_ranks_and_calls(tmp_path):
+    """``cases`` of a property row is the cases that made the check, not its checks: every rank makes it, once per
+    call (a W = 8 case of 4 calls would otherwise count 32 times and dwarf its single failure)."""
+    def checks(failed_rank=None):
+        return [{"name": "within_tolerance", "passed": r != failed_rank, "rank": r,
+                 "extra": {"max_error_over_budget": 0.5}} for r in (0, 1) for _call in range(3)]
+
+    _write(tmp_path, [_row(checks=checks()), _row(checks=checks(), ms=(9,)),
+                      _row(status="failed", checks=checks(failed_rank=1)[:4], ms=(11,))])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    (cell,) = [p for p in s["properties"] if p["property"] == "within_tolerance"]
+    assert (cell["cases"], cell["failures"]) == (3, 1)
+
+
+def test_a_hang_a_death_and_a_harness_error_each_have_their_row_in_the_property_table(tmp_path):
+    _write(tmp_path, [_row(), *(_row(status=st, checks=[], ms=(m,), note=f"{st} here") for st, m in
+                                (("hang", 3), ("died", 5), ("error", 7), ("error", 9)))])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    rows = {p["property"]: (p["cases"], p["failures"]) for p in s["properties"]}
+    assert rows["hang"] == (1, 1) and rows["died"] == (1, 1) and rows["error"] == (2, 2)
+    md = (tmp_path / "summary.md").read_text()
+    assert "| unfused | cpu | 2 | error | 2 | 2 | - |" in md
+
+
+def test_a_flaky_failure_s_copy_is_counted_once_in_the_property_table(tmp_path):
+    """A failure found while Hypothesis searched is recorded when it happens; re-run on a fresh pool and passing, it
+    is recorded again as a labelled copy (the first run's report, flaky): the table counts that failure once. A
+    reproducible failure's second record is the re-run's own report: another case that failed."""
+    tolerance = [{"name": "within_tolerance", "passed": False, "rank": 0}]
+    bitwise = [{"name": "bitwise_equal", "passed": False, "rank": 1}]
+    _write(tmp_path, [_row(),
+                      _row(status="failed", checks=tolerance, ms=(9,)),
+                      _row(status="failed", checks=tolerance, ms=(9,), reproducibility="flaky", rerun_status="passed"),
+                      _row(status="failed", checks=bitwise, ms=(3,)),
+                      _row(status="failed", checks=bitwise, ms=(3,), reproducibility="reproducible",
+                           rerun_status="failed")])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    cells = {p["property"]: (p["cases"], p["failures"]) for p in s["properties"]}
+    assert cells == {"within_tolerance": (2, 1), "bitwise_equal": (2, 2)}
+    assert s["failed_cases"] == 2 and [t["cases"] for t in s["timing"]] == [4]
+
+
+def test_an_interrupted_campaign_fails_whatever_pytest_s_exit_status(tmp_path):
+    """The time limit's verdict is FAIL even where pytest's exit status says 0 (the limit fired as it ended: the
+    cases recorded are all that ran, not all the campaign was to run)."""
+    _write(tmp_path, [_row(), _row(ms=(3,))])
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci", interrupted="time limit of 60s reached")
+    assert s["verdict"] == "FAIL"
+    assert "INTERRUPTED: time limit of 60s reached" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_test_that_failed_after_its_cases_passed_is_listed_with_pytest_s_reason(tmp_path):
+    """A test whose every case passed can still fail (Hypothesis's flaky or health-check errors, a teardown that
+    raised): no failing case says why, so the junit failure is listed; only the test of a failing case is not."""
+    _write(tmp_path, [_row(), _row(status="failed", impl="fused")])
+    _junit(tmp_path, ("test_compute[unfused-cpu-W2]", '<error message="hypothesis.errors.Flaky: Inconsistent results">'
+                                                      'x</error>'),
+           ("test_compute[fused-cpu-W2]", '<failure message="GEMM-RS fuzz case FAILED">y</failure>'))
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    assert s["test_failures"] == [{"test": "test_compute[unfused-cpu-W2]", "kind": "error",
+                                   "message": "hypothesis.errors.Flaky: Inconsistent results"}]
+    assert "- error in test_compute[unfused-cpu-W2]: hypothesis.errors.Flaky" in (tmp_path / "summary.md").read_text()
+
+
+def _record_of(status, ranks, spec=None, **more):
+    from fuzz.case import Case, PoolSpec
+    from fuzz.record import case_row
+    from fuzz.report import CaseReport
+
+    spec = spec or PoolSpec(impl="unfused", topology="cpu", world_size=4, optimize=1)
+    return case_row(CaseReport(case=Case("compute", seed=1, N=64, K=64, max_M=64, ms=[3]), spec=spec, status=status,
+                               ranks=ranks, **more))
+
+
+def test_the_case_record_names_each_check_by_the_world_rank_that_made_it():
+    """A check carries its group rank (a TP layout's rank 1 of [2, 3] is world rank 3): the record and the one-line
+    reason name the process, the world rank the stacks and logs are keyed by."""
+    from fuzz.summary import failure_reason
+
+    ranks = {2: {"checks": [{"name": "within_tolerance", "passed": True, "skipped": False, "rank": 0}]},
+             3: {"checks": [{"name": "within_tolerance", "passed": False, "skipped": False, "rank": 1,
+                             "detail": "3 of 64 elements past the budget"}]}}
+    row = _record_of("failed", ranks)
+    assert [(c["rank"], c["passed"]) for c in row["checks"]] == [(2, True), (3, False)]
+    assert failure_reason(row) == "within_tolerance (rank 3): 3 of 64 elements past the budget"
+
+
+def test_the_case_record_keeps_the_optimize_levels_the_driver_and_each_rank_ran_at():
+    """What the kill matrix reads to reject a session at another -O level than asked (mutants.meta): the levels the
+    processes ran at, not the pool's request."""
+    from fuzz.case import PoolSpec
+    from mutants.meta import _optimize_mismatch
+
+    spec = PoolSpec(impl="unfused", topology="cpu", world_size=2, optimize=1 - sys.flags.optimize % 2)
+    row = _record_of("passed", {0: {"checks": [], "optimize": spec.optimize}, 1: {"checks": [], "optimize": 2}},
+                     spec=spec)
+    assert row["optimize"] == spec.optimize and row["driver_optimize"] == sys.flags.optimize
+    assert row["rank_optimize"] == {"0": spec.optimize, "1": 2}
+    assert "ranks ['1'] ran at -O2" in _optimize_mismatch([row], spec.optimize)
+    assert "the pytest driver ran at" in _optimize_mismatch([row], spec.optimize)
+
+
+def test_the_case_record_keeps_every_ranks_stacks_of_a_hang():
+    stacks = {0: 'Thread 0x1 (most recent call first):\n  File "/r/a.py", line 3 in wait\n',
+              1: 'Thread 0x2 (most recent call first):\n  File "/r/b.py", line 9 in reduce_scatter\n'}
+    row = _record_of("hang", {0: {"checks": []}}, stacks=stacks, note="no result from rank(s) [1]")
+    assert row["stacks"] == {"0": stacks[0], "1": stacks[1]}
