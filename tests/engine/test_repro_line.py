@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import types
 
 import pytest
 
@@ -64,3 +65,57 @@ def test_fuzz_repro_reads_back_every_part_of_the_line(monkeypatch):
     assert repro_mod.main(words[words.index("fuzz.repro") + 1:]) == 0
     (got_spec, got_case, got_replay), = runs
     assert got_spec == spec and got_case == CASE and got_replay == [EARLIER]
+
+
+def _run_repro(monkeypatch, argv: list[str], statuses: list[Status], optimize: int | None = None):
+    """``fuzz.repro``'s main on ``argv`` with its pools faked: the n-th run ends ``statuses[n]``. Returns (exit
+    status, the runs as (spec, case, deadline)); ``optimize``: the interpreter's level as fuzz.repro reads it."""
+    runs = []
+
+    class FakePool:
+        def __init__(self, spec, gpus=None):
+            self.spec = spec
+
+        def run(self, case, deadline=None, replay=None):
+            runs.append((self.spec, case, deadline))
+            return CaseReport(case=case, spec=self.spec, status=statuses[len(runs) - 1])
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(repro_mod, "RankPool", FakePool)
+    monkeypatch.setattr(repro_mod, "record", lambda *a, **k: None)
+    if optimize is not None:
+        monkeypatch.setattr(repro_mod, "sys", types.SimpleNamespace(flags=types.SimpleNamespace(optimize=optimize)))
+    return repro_mod.main(argv + ["--case", CASE.to_json()]), runs
+
+
+@pytest.mark.parametrize("optimize", [0, 1, 2])
+def test_fuzz_repro_runs_its_ranks_at_its_own_optimize_level(monkeypatch, own_settings, optimize):
+    # the REPRO line of an -O failure says "python -O": the ranks must run at -O too, or a vanished assert is back
+    rc, runs = _run_repro(monkeypatch, ["--impl", "unfused", "--world-sizes", "2"], [Status.PASSED], optimize)
+    assert rc == 0 and [spec.optimize for spec, _, _ in runs] == [optimize]
+
+
+@pytest.mark.parametrize("statuses", [[Status.FAILED, Status.PASSED, Status.PASSED, Status.PASSED],
+                                      [Status.PASSED, Status.PASSED, Status.PASSED, Status.HANG],
+                                      [Status.PASSED, Status.SKIPPED, Status.PASSED, Status.PASSED]])
+def test_fuzz_repro_exits_0_only_when_every_implementation_and_world_size_passed(monkeypatch, own_settings, statuses):
+    rc, runs = _run_repro(monkeypatch, ["--impl", "unfused,mutants.catalogue:HangOnM", "--world-sizes", "2,4"],
+                          statuses)
+    assert [(spec.impl, spec.world_size) for spec, _, _ in runs] == [
+        ("unfused", 2), ("unfused", 4), ("mutants.catalogue:HangOnM", 2), ("mutants.catalogue:HangOnM", 4)]
+    assert rc == 1
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_fuzz_repro_prints_the_case_s_own_status(monkeypatch, own_settings, capsys, status):
+    # a skipped case is no pass, a hang no plain failure: the verdict line says which
+    rc, _ = _run_repro(monkeypatch, ["--world-sizes", "2"], [status])
+    assert f"verdict: {status.upper()}" in capsys.readouterr().out.splitlines()
+    assert rc == (0 if status == Status.PASSED else 1)
+
+
+def test_fuzz_repro_gives_its_pool_the_case_deadline_asked(monkeypatch, own_settings):
+    _, runs = _run_repro(monkeypatch, ["--world-sizes", "2", "--case-deadline", "7"], [Status.PASSED])
+    assert [deadline for _, _, deadline in runs] == [7.0]
