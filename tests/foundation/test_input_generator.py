@@ -198,3 +198,36 @@ def test_x_and_w_of_one_rank_are_independent_draws(kind):
     xs, ws = x[finite], w[finite]
     corr = float((xs * ws).mean() / (xs.square().mean() * ws.square().mean()).sqrt())
     assert abs(corr) < 0.06, (kind, corr)
+
+
+def test_inputs_are_rebuilt_bit_for_bit_whatever_the_global_random_state():
+    # the table comes from its own seeds: a rank, the driver and a REPRO line's fresh process build the same bits
+    # whatever else drew from torch's global generator before them (and in whatever order chunks were first read)
+    def build():
+        return [(make_x(8, 1, 70, 200, 4, kind), make_w(8, 1, 40, 200, 4, kind)) for kind in inputs.KINDS]
+
+    before = build()
+    with torch.random.fork_rng():
+        torch.manual_seed(1234)
+        torch.randn(1000)
+        inputs._host_chunk.cache_clear()
+        inputs._make_w_cached.cache_clear()
+        inputs._window("gauss", 5 * inputs.TABLE_CHUNK, 3, torch.device("cpu"))  # another chunk drawn first
+        after = build()
+    for kind, (xb, wb), (xa, wa) in zip(inputs.KINDS, before, after):
+        assert _same_bits(xb, xa) and _same_bits(wb, wa), kind
+
+
+def test_no_two_rows_of_a_tensor_repeat_within_the_table():
+    # K = 4096 and 300 rows: 1.2M values, past one chunk of the table -- a table whose chunks repeat (2^20 values)
+    # would give rows 0 and 256 the same values, and a row-aliasing bug would read an identical row
+    x = make_x(5, 0, 300, 4096, 2).float().abs()
+    assert len(torch.unique(x, dim=0)) == 300
+    assert not torch.equal(inputs._host_chunk("gauss", 0)[:64], inputs._host_chunk("gauss", 1)[:64])
+
+
+@pytest.mark.parametrize("kind", inputs.KINDS)
+def test_the_truths_shared_weights_are_each_ranks_own(kind):
+    # the truth reads every rank's w through shared_w (the host's cached tensor): rank r's, never another's
+    for r in range(3):
+        assert _same_bits(inputs.shared_w(4, r, 24, 40, 3, kind), make_w(4, r, 24, 40, 3, kind)), (kind, r)
