@@ -231,3 +231,14 @@ def test_the_truths_shared_weights_are_each_ranks_own(kind):
     # the truth reads every rank's w through shared_w (the host's cached tensor): rank r's, never another's
     for r in range(3):
         assert _same_bits(inputs.shared_w(4, r, 24, 40, 3, kind), make_w(4, r, 24, 40, 3, kind)), (kind, r)
+
+
+@pytest.mark.parametrize("W", [2, 4])
+def test_the_nonfinite_kinds_planted_values_sit_at_other_places_on_every_rank(W):
+    # at the same places on every rank the ranks' NaN / Inf fall on the same rows of the result: a kernel dropping a
+    # rank's contribution would leave the pattern as it was (the other ranks bring the same values to those rows)
+    for seed in range(4):
+        places = [frozenset(map(tuple, (~torch.isfinite(make_x(seed, r, 37, 96, W, "nonfinite").float())).nonzero()
+                                .tolist())) for r in range(W)]
+        assert all(len(p) == 3 for p in places) and len(set(places)) == W, (seed, places)
+        assert len({row for p in places for row, _ in p}) > 3, (seed, places)  # not one row for every rank either
