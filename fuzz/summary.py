@@ -284,7 +284,7 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
         if row.get("reproducibility") == Reproducibility.FLAKY:
             continue  # a copy of the failure recorded when it happened (the re-run passed): counted once
         key_base = (row["impl"], row["topology"], row["world_size"])
-        seen = set()
+        seen, failed = set(), set()  # a property counts a case once, made or failed on however many ranks and calls
         for c in row["checks"]:
             if c.get("skipped"):
                 skipped[f"{c['name']}: {_generic(c['detail'])}"] += 1
@@ -293,8 +293,9 @@ def summarise(out_dir: str, *, pytest_rc: int, seconds: float, profile: str, int
             if c["name"] not in seen:
                 cell["cases"] += 1
                 seen.add(c["name"])
-            if not c["passed"]:
+            if not c["passed"] and c["name"] not in failed:
                 cell["failures"] += 1
+                failed.add(c["name"])
             ratio = c.get("extra", {}).get("max_error_over_budget")
             if isinstance(ratio, (int, float)):
                 cell["worst_over_budget"] = max(cell["worst_over_budget"], ratio)

@@ -493,6 +493,17 @@ def test_a_property_counts_each_case_once_whatever_its_ranks_and_calls(tmp_path)
     assert (cell["cases"], cell["failures"]) == (3, 1)
 
 
+def test_a_property_failing_on_every_rank_and_call_of_a_case_counts_one_failing_case(tmp_path):
+    """``failures`` beside ``cases`` counts failing cases (a dropped rank fails within_tolerance on every rank of
+    every call: 1 case of 1, not 6 failures of 1 case)."""
+    failing = [{"name": "within_tolerance", "passed": False, "rank": r} for r in (0, 1) for _call in range(3)]
+    _write(tmp_path, [_row(), _row(status="failed", checks=failing, ms=(9,))])
+    s = summarise(str(tmp_path), pytest_rc=1, seconds=1.0, profile="ci")
+    (cell,) = [p for p in s["properties"] if p["property"] == "within_tolerance"]
+    assert (cell["cases"], cell["failures"]) == (2, 1)
+    assert "| unfused | cpu | 2 | within_tolerance | 2 | 1 | 0.250 |" in (tmp_path / "summary.md").read_text()
+
+
 def test_a_hang_a_death_and_a_harness_error_each_have_their_row_in_the_property_table(tmp_path):
     _write(tmp_path, [_row(), *(_row(status=st, checks=[], ms=(m,), note=f"{st} here") for st, m in
                                 (("hang", 3), ("died", 5), ("error", 7), ("error", 9)))])
