@@ -59,14 +59,15 @@ def _short(line: str, width: int = 240) -> str:
     return line if len(line) <= width else line[:width - 5] + " [..]"
 
 
-def proc_threads(pid: int) -> str:
-    """Each thread's name, state, kernel wait channel and system call, from /proc (no debugger needed)."""
+def proc_threads(pid: int, why: str = "no gdb or py-spy on this host") -> str:
+    """Each thread's name, state, kernel wait channel and system call, from /proc (no debugger needed); ``why``:
+    why /proc's view is what the rank gets."""
     base = f"/proc/{pid}/task"
     try:
         tids = sorted(os.listdir(base), key=int)
     except OSError as exc:
         return f"(no /proc entry for pid {pid}: {exc})"
-    lines = [f"pid {pid}: {len(tids)} threads (no gdb or py-spy on this host: /proc's view)"]
+    lines = [f"pid {pid}: {len(tids)} threads ({why}: /proc's view)"]
     for tid in tids:
         def read(name: str, tid: str = tid) -> str:
             try:
@@ -94,17 +95,22 @@ def dump(pids: dict[int, int], timeout: float = NATIVE_WAIT_S) -> dict[int, str]
             running[r] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         except OSError as exc:
-            out[r] = f"({cmd[0]} could not start: {exc})\n{proc_threads(pid)}"
+            out[r] = f"({cmd[0]} could not start: {exc})\n{proc_threads(pid, f'{cmd[0]} could not start')}"
     end = time.monotonic() + timeout
     for r, p in running.items():
+        tool, late = os.path.basename(p.args[0]), False
         try:
             text, _ = p.communicate(timeout=max(0.1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
             text, _ = p.communicate()
-            text = f"({os.path.basename(p.args[0])} did not finish within {timeout:.0f}s)\n{text}"
+            late = True
         kept = "\n".join(_short(ln) for ln in (text or "").splitlines() if _keep(ln)).strip()
-        out[r] = kept or f"({os.path.basename(p.args[0])} printed no stack)\n{proc_threads(pids[r])}"
+        if late:  # what the debugger printed before it was killed, then /proc's view of every thread
+            out[r] = "\n".join(x for x in (f"({tool} did not finish within {timeout:.0f}s)", kept,
+                                            proc_threads(pids[r], f"{tool} did not finish")) if x)
+        else:
+            out[r] = kept or f"({tool} printed no stack)\n{proc_threads(pids[r], f'{tool} printed no stack')}"
     return dict(sorted(out.items()))
 
 

@@ -55,9 +55,18 @@ def test_a_debugger_past_the_timeout_is_killed_and_every_rank_shares_one_timeout
     assert sorted(out) == [0, 1, 2, 3, 4, 5]
     for text in out.values():
         assert "(sleep did not finish within" in text, text
+        # the rank still gets /proc's view of every thread, named for why
+        assert f"pid {sleeper}: 2 threads (sleep did not finish: /proc's view)" in text and "wchan" in text, text
 
 
 def test_a_debugger_that_prints_no_stack_leaves_the_ranks_proc_view(monkeypatch, sleeper):
     monkeypatch.setattr(native_stacks, "_command", lambda pid: ["true"])
     (text,) = native_stacks.dump({1: sleeper}).values()
     assert "(true printed no stack)" in text and f"pid {sleeper}: 2 threads" in text and "wchan" in text, text
+    assert "no gdb or py-spy on this host" not in text, text  # the tool was there: /proc's view says why it is used
+
+
+def test_a_host_with_no_debugger_gives_proc_s_view_and_says_so(monkeypatch, sleeper):
+    monkeypatch.setattr(native_stacks, "_command", lambda pid: None)
+    (text,) = native_stacks.dump({2: sleeper}).values()
+    assert text.startswith(f"pid {sleeper}: 2 threads (no gdb or py-spy on this host: /proc's view)"), text
