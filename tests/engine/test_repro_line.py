@@ -44,32 +44,18 @@ def test_fuzz_repro_reads_back_every_part_of_the_line(monkeypatch):
     spec = PoolSpec(impl="mutants.catalogue:HangOnM", topology="shared-gpu", world_size=4, optimize=sys.flags.optimize,
                     sanitizer="memcheck", nnodes=2)
     line = repro_command(CASE, spec, [EARLIER])
-    runs = []
-
-    class FakePool:
-        def __init__(self, spec, gpus=None):
-            self.spec = spec
-
-        def run(self, case, deadline=None, replay=None):
-            runs.append((self.spec, case, replay))
-            return CaseReport(case=case, spec=self.spec, status=Status.PASSED)
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(repro_mod, "RankPool", FakePool)
-    monkeypatch.setattr(repro_mod, "record", lambda *a, **k: None)
+    runs = _fake_pools(monkeypatch, [Status.PASSED])
     monkeypatch.setattr(config, "_CURRENT", config._CURRENT)
     monkeypatch.setattr(os, "environ", dict(os.environ))  # config.install exports its settings
     words = shlex.split(line)
     assert repro_mod.main(words[words.index("fuzz.repro") + 1:]) == 0
-    (got_spec, got_case, got_replay), = runs
+    (got_spec, got_case, _, got_replay), = runs
     assert got_spec == spec and got_case == CASE and got_replay == [EARLIER]
 
 
-def _run_repro(monkeypatch, argv: list[str], statuses: list[Status], optimize: int | None = None):
-    """``fuzz.repro``'s main on ``argv`` with its pools faked: the n-th run ends ``statuses[n]``. Returns (exit
-    status, the runs as (spec, case, deadline)); ``optimize``: the interpreter's level as fuzz.repro reads it."""
+def _fake_pools(monkeypatch, statuses: list[Status]) -> list:
+    """``fuzz.repro``'s pools faked (nothing recorded): the n-th run ends ``statuses[n]``. The runs, as (spec,
+    case, deadline, replay), are appended to the list returned."""
     runs = []
 
     class FakePool:
@@ -77,7 +63,7 @@ def _run_repro(monkeypatch, argv: list[str], statuses: list[Status], optimize: i
             self.spec = spec
 
         def run(self, case, deadline=None, replay=None):
-            runs.append((self.spec, case, deadline))
+            runs.append((self.spec, case, deadline, replay))
             return CaseReport(case=case, spec=self.spec, status=statuses[len(runs) - 1])
 
         def close(self):
@@ -85,6 +71,13 @@ def _run_repro(monkeypatch, argv: list[str], statuses: list[Status], optimize: i
 
     monkeypatch.setattr(repro_mod, "RankPool", FakePool)
     monkeypatch.setattr(repro_mod, "record", lambda *a, **k: None)
+    return runs
+
+
+def _run_repro(monkeypatch, argv: list[str], statuses: list[Status], optimize: int | None = None):
+    """``fuzz.repro``'s main on ``argv`` with its pools faked (:func:`_fake_pools`). Returns (exit status, the runs
+    as (spec, case, deadline, replay)); ``optimize``: the interpreter's level as fuzz.repro reads it."""
+    runs = _fake_pools(monkeypatch, statuses)
     if optimize is not None:
         monkeypatch.setattr(repro_mod, "sys", types.SimpleNamespace(flags=types.SimpleNamespace(optimize=optimize)))
     return repro_mod.main(argv + ["--case", CASE.to_json()]), runs
@@ -94,7 +87,7 @@ def _run_repro(monkeypatch, argv: list[str], statuses: list[Status], optimize: i
 def test_fuzz_repro_runs_its_ranks_at_its_own_optimize_level(monkeypatch, own_settings, optimize):
     # the REPRO line of an -O failure says "python -O": the ranks must run at -O too, or a vanished assert is back
     rc, runs = _run_repro(monkeypatch, ["--impl", "unfused", "--world-sizes", "2"], [Status.PASSED], optimize)
-    assert rc == 0 and [spec.optimize for spec, _, _ in runs] == [optimize]
+    assert rc == 0 and [spec.optimize for spec, *_ in runs] == [optimize]
 
 
 @pytest.mark.parametrize("statuses", [[Status.FAILED, Status.PASSED, Status.PASSED, Status.PASSED],
@@ -103,7 +96,7 @@ def test_fuzz_repro_runs_its_ranks_at_its_own_optimize_level(monkeypatch, own_se
 def test_fuzz_repro_exits_0_only_when_every_implementation_and_world_size_passed(monkeypatch, own_settings, statuses):
     rc, runs = _run_repro(monkeypatch, ["--impl", "unfused,mutants.catalogue:HangOnM", "--world-sizes", "2,4"],
                           statuses)
-    assert [(spec.impl, spec.world_size) for spec, _, _ in runs] == [
+    assert [(spec.impl, spec.world_size) for spec, *_ in runs] == [
         ("unfused", 2), ("unfused", 4), ("mutants.catalogue:HangOnM", 2), ("mutants.catalogue:HangOnM", 4)]
     assert rc == 1
 
@@ -118,4 +111,4 @@ def test_fuzz_repro_prints_the_case_s_own_status(monkeypatch, own_settings, caps
 
 def test_fuzz_repro_gives_its_pool_the_case_deadline_asked(monkeypatch, own_settings):
     _, runs = _run_repro(monkeypatch, ["--world-sizes", "2", "--case-deadline", "7"], [Status.PASSED])
-    assert [deadline for _, _, deadline in runs] == [7.0]
+    assert [deadline for _, _, deadline, _ in runs] == [7.0]
