@@ -195,6 +195,12 @@ class RankContext:
         return {f"instance group={list(g)} max_M={m} N={n} K={k}" + (f" built under {d} defaults" if d else ""): impl
                 for (g, m, n, k, d), impl in self._impls.items() if g != besides}
 
+    @property
+    def on_cuda(self) -> bool:
+        """Whether this rank's device has CUDA streams and graphs: the graph and streams families run only there
+        (tests/foundation/_fake_cuda.py stands a CPU model of both in, to see those families' checks fail)."""
+        return self.device.type == "cuda"
+
     def close(self) -> None:
         """Close every held instance, in the order of their keys: closing is collective on an instance's group,
         and one global order over every rank's subset of the groups cannot deadlock."""

@@ -82,7 +82,7 @@ class Captured:
 
 def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     r, W = ctx.rank, ctx.world_size
-    if ctx.device.type != "cuda":
+    if not ctx.on_cuda:
         return [skipped("graph_replay", f"topology {ctx.topology} has no CUDA graphs", rank=r)]
     waived = waiver(impl, "graph_capture")
     if waived:

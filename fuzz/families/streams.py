@@ -47,7 +47,7 @@ CYCLES_PER_MS = 1.5e6  # torch.cuda._sleep counts cycles (~1.5 GHz)
 
 
 def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
-    if ctx.device.type != "cuda":
+    if not ctx.on_cuda:
         return [skipped("stream_ordered_result", f"topology {ctx.topology} has no CUDA streams", rank=ctx.rank)]
     checks: list[CheckResult] = []
     for i, M in enumerate(case.ms):

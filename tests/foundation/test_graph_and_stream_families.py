@@ -1,0 +1,109 @@
+"""The graph and streams families' checks on CPU ranks, under a CPU model of CUDA streams and graphs
+(tests/foundation/_fake_cuda.py): each check fails on an implementation whose bug only it sees, and the model's
+control passes every check. These are the checks the 36th session's audit of fuzz/families/ found unguarded off a
+GPU: a replay on another stream (G1), the replay padding against the buffer before the replay (G4), replays of one
+graph in a row (G5), the caller's copy taken right after the call (T1), the bitwise check against the oracle (T2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _dist import run_ranks
+from _fake_cuda import (
+    OneUlpOffOnExactInputs,
+    PaddingWrittenOnReplay,
+    Replayable,
+    ResultLandsAtSync,
+    StaleOnBackToBackReplays,
+    StaleReplay,
+    WrongOnAnotherStream,
+    installed,
+)
+from _in_process import failed_checks, run_on_one_cpu_rank
+
+from fuzz.case import Case
+from fuzz.families import graph as graph_family
+
+BASE = dict(seed=11, N=64, K=64, max_M=64)
+
+
+def _graph(kind="gaussian", **kw):
+    return Case("graph", ms=kw.pop("ms", [5]), kind=kind, repeat=3, **{**BASE, **kw})
+
+
+def _stream(kind="gaussian", out="guarded", **kw):
+    return Case("streams", ms=kw.pop("ms", [5, 9]), kind=kind, out=out, repeat=1, **{**BASE, **kw})
+
+
+def _failed(checks):
+    return [c.render() for c in failed_checks(checks)]
+
+
+@pytest.mark.parametrize("case", [_graph(), _graph("exact"), _stream(), _stream("exact", out="none")],
+                         ids=["graph", "graph-exact", "streams", "streams-exact-fresh"])
+def test_the_models_control_passes_every_check_and_the_families_really_ran(case):
+    with installed() as rt:
+        checks = run_on_one_cpu_rank(Replayable, case)
+    assert not failed_checks(checks), _failed(checks)
+    names = {c.name for c in checks if c.passed}
+    if case.family == "graph":
+        assert "graph_replay" in names, names  # (W = 1: no padding rows; their check at W = 2 below)
+        assert ("graph_replay_exact" in names) == (case.kind == "exact"), names
+        replays = [r for g in rt.graphs for r in g.replays]
+        # 3 rounds (one on another stream) and 3 in a row, per graph
+        assert len(replays) == len(rt.graphs) * (3 + graph_family.IN_A_ROW), replays
+    else:
+        assert "stream_ordered_result" in names, names
+        assert ("stream_ordered_exact" in names) == (case.kind == "exact"), names
+
+
+def test_a_replay_on_another_stream_than_the_captures_is_checked():
+    checks = run_on_one_cpu_rank_with_model(WrongOnAnotherStream, _graph())
+    bad = failed_checks(checks, "graph_replay")
+    assert bad, _failed(checks)
+    assert {c.extra.get("on_other_stream") for c in bad} == {True}, [c.extra for c in bad]
+
+
+def test_a_replay_that_leaves_the_captures_result_is_caught_on_every_replay():
+    checks = run_on_one_cpu_rank_with_model(StaleReplay, _graph())
+    bad = failed_checks(checks, "graph_replay")
+    assert {c.extra.get("replay") for c in bad} == {0, 1, 2, "in_a_row0", "in_a_row1", "in_a_row2"}, _failed(checks)
+
+
+def test_replays_of_one_graph_in_a_row_are_checked():
+    checks = run_on_one_cpu_rank_with_model(StaleOnBackToBackReplays, _graph())
+    bad = failed_checks(checks, "graph_replay")
+    assert bad, _failed(checks)
+    # the second and third of each graph's replays in a row: never one of the rounds'
+    assert {c.extra.get("replay") for c in bad} == {"in_a_row1", "in_a_row2"}, [c.extra for c in bad]
+
+
+def test_the_caller_reads_the_result_right_after_the_call_not_after_the_sync():
+    checks = run_on_one_cpu_rank_with_model(ResultLandsAtSync, _stream())
+    assert failed_checks(checks, "stream_ordered_result"), _failed(checks)
+
+
+def test_exact_inputs_under_streams_are_compared_bitwise_with_the_oracle():
+    checks = run_on_one_cpu_rank_with_model(OneUlpOffOnExactInputs, _stream("exact"))
+    assert failed_checks(checks, "stream_ordered_exact"), _failed(checks)
+    assert not failed_checks(checks, "stream_ordered_result"), _failed(checks)  # one ulp is within tolerance
+
+
+def test_the_replay_padding_is_compared_with_what_out_held_before_the_replay():
+    # W = 2, M = 5: rank 1 holds 2 valid rows of 3, so its out= has a padding row each replay writes
+    worker = Path(__file__).resolve().parent / "_fake_cuda.py"
+    control, planted = (run_ranks(worker, "graph_case_on_ranks", 2, {"impl": impl, "case_json": _graph().to_json()},
+                                  timeout=120) for impl in ("Replayable", "PaddingWrittenOnReplay"))
+    assert all(not v["info"]["failed"] for v in control), control
+    assert "graph_replay_padding" in {v["rank"]: v["info"] for v in control}[1]["passed"], control
+    by_rank = {v["rank"]: v["info"] for v in planted}
+    assert "graph_replay_padding" in by_rank[1]["failed"], by_rank
+    assert 5 in by_rank[1]["failed_at_rows"], by_rank  # the global row past M - 1, on the rank that has it
+    assert not by_rank[0]["failed"], by_rank  # rank 0 has no padding row
+    assert PaddingWrittenOnReplay.name != Replayable.name
+
+
+def run_on_one_cpu_rank_with_model(impl, case):
+    with installed():
+        return run_on_one_cpu_rank(impl, case)
