@@ -2,9 +2,10 @@
 
 The docstring of each mutant names the real bug class of fused communication kernels it models.
 :data:`CATALOGUE` lists the mutants the kill matrix runs (:mod:`mutants.meta`), each with the world sizes
-it is run at and the property expected to catch it — documentation, not a constraint: any failing
-property kills. ``HangOnM``, ``CrashOnM`` and ``PowerOfTwoGroupsOnly`` are fixtures of the engine's own
-tests (tests/engine), not part of the matrix.
+it is run at and the properties expected to catch it: the kill matrix fails a mutant killed by none of them
+(mutants.meta.Outcome.ok; a check wired to the wrong thing would otherwise hide behind another route to the
+kill). ``HangOnM``, ``CrashOnM`` and ``PowerOfTwoGroupsOnly`` are fixtures of the engine's own tests
+(tests/engine), not part of the matrix.
 
 Every mutant keeps the collective schedule of the correct implementation on every rank (same
 collectives, same order), unless breaking it *is* the bug: a mutant must be caught by a property, not

@@ -14,6 +14,7 @@ from a shell: ``python -m mutants.meta [--optimize 0|1|both] [--profile ci|night
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import os
 import sys
@@ -107,6 +108,29 @@ def test_a_failed_property_is_a_kill_and_names_the_test_properties_and_examples(
                                                                expected=("padded_rows_untouched",)))
     assert other.verdict == meta.Verdict.KILLED and other.as_expected is False
     assert "MISMATCH M -O0: caught by within_tolerance, expected padded_rows_untouched" in meta.render([other])
+
+
+def test_a_strict_row_killed_by_none_of_its_expected_properties_fails_the_matrix():
+    rows = [_case("failed", 1, [WRONG])]
+    strict = meta.Target("M", "mutants.catalogue:M", (2,), "fail", expected=("padded_rows_untouched",), strict=True)
+    o = _classify(rows, [_outcome("failed")], strict)
+    assert o.verdict == meta.Verdict.KILLED and o.as_expected is False and not o.ok
+    text = meta.render([o])
+    assert "MISMATCH M -O0: caught by within_tolerance, expected padded_rows_untouched (fails the matrix)" in text
+    assert "1 of them fail the matrix" in text
+    right = _classify(rows, [_outcome("failed")], dataclasses.replace(strict, expected=("within_tolerance", "hang")))
+    assert right.ok and right.as_expected is True
+    hint = _classify(rows, [_outcome("failed")], dataclasses.replace(strict, strict=False))  # the GPU's words
+    assert hint.ok and hint.as_expected is False and "(fails the matrix)" not in meta.render([hint])
+
+
+def test_the_cpu_catalogue_at_the_ci_profile_is_strict_and_the_others_are_not():
+    cpu = [t for t in meta.targets(profile="ci") if t.must == "fail"]
+    assert cpu and all(t.strict for t in cpu)
+    assert not any(t.strict for t in meta.targets(profile="nightly"))  # random draws: listed, not failed
+    gpu = [t for t in meta.targets(gpu=True) if t.must == "fail"]
+    assert gpu and not any(t.strict for t in gpu)
+    assert not any(t.strict for t in meta.targets(profile="ci") if t.must == "pass")
 
 
 @pytest.mark.parametrize("status", ["hang", "died"])
