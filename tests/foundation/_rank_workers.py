@@ -69,6 +69,31 @@ def oracle_vs_truth(rank: int, world_size: int, *, Ms: list[int], N: int, K: int
     return failures, {"n_valid": n_valid_seen}
 
 
+def oracle_in_groups(rank: int, world_size: int, *, groups: list[list[int]], Ms: list[int], N: int, K: int,
+                     seed: int):
+    """The oracle on a process group of some of the world's ranks (a TP group beside others): each rank's shard is
+    bitwise the truth of its own group's inputs (exact kind; each group draws its own, by its index), shaped for
+    its group's size -- not the world's, nor another group's sum. info: this rank's group size and rows checked."""
+    import torch.distributed as dist
+
+    handles = [dist.new_group(g) for g in groups]  # every rank makes every group, in one order
+    index = next(i for i, g in enumerate(groups) if rank in g)
+    group, members = handles[index], groups[index]
+    G, me = len(members), members.index(rank)
+    failures, rows = [], {}
+    for M in Ms:
+        where = f"oracle in group {members} M={M} seed={seed + index}"
+        x, w = all_rank_inputs(seed + index, M, N, K, G, "exact")[me]
+        y = reference_gemm_rs(x, w, group)
+        truth = shard_truth(all_rank_inputs(seed + index, M, N, K, G, "exact"), me, M)
+        if tuple(y.shape) != (shard_rows(M, G), N):
+            failures.append(f"{where}: shape {tuple(y.shape)}, expected {(shard_rows(M, G), N)}")
+            continue
+        _collect(failures, bitwise_equal(y, truth.y, truth.n_valid, rank=me, row_offset=truth.row_offset), where)
+        rows[str(M)] = truth.n_valid
+    return failures, {"group_size": G, "rows": rows}
+
+
 def unfused_vs_contract(rank: int, world_size: int, *, Ms: list[int], N: int, K: int, max_M: int, seed: int):
     """UnfusedGemmRs against the contract on a real gloo group: oracle bitwise, truth within tolerance
     (bitwise in exact mode), out= with sentinel padding and guard rows, repeatability, alternation, and

@@ -38,3 +38,13 @@ def test_oracle_matches_fp64_truth(run_ranks, W):
     if W >= 2:
         # some rank had no valid row at all (M=1 for any W>=2; M=W+1 for W>=3)
         assert any(0 in v["info"]["n_valid"].values() for v in verdicts[1:])
+
+
+def test_the_oracle_on_a_group_of_some_ranks_sums_that_groups_partials_only(run_ranks):
+    # W = 4 as two TP groups of 2, interleaved: each rank's shard is its own group's sum, split for 2 ranks
+    groups = [[0, 2], [1, 3]]
+    verdicts = run_ranks("oracle_in_groups", 4, {"groups": groups, "Ms": [1, 5, 8], "N": N, "K": K, "seed": SEED})
+    for rank, v in enumerate(verdicts):
+        assert v["ok"], v["failures"]
+        me = groups[rank % 2].index(rank)
+        assert v["info"] == {"group_size": 2, "rows": {str(M): valid_rows(M, 2, me) for M in (1, 5, 8)}}, v
