@@ -183,15 +183,27 @@ def targets(only: list[str] | None = None, profile: str = "ci", include_correct:
         topology = "shared-gpu"
     else:
         groups, topology = [(CATALOGUE, CORRECT)], "cpu"
+    extra = GPU_EXTRA_CONTROLS if gpu else {}
     if only:
-        known = {s.name for catalogue, _ in groups for s in catalogue} | {correct for _, correct in groups}
+        known = {s.name for catalogue, _ in groups for s in catalogue} | {correct for _, correct in groups} | set(extra)
         unknown = sorted(set(only) - known)
         if unknown:
             raise SystemExit(f"unknown mutant(s) {unknown}; known: {sorted(known)}")
     out = []
     for catalogue, correct in groups:
         out += _targets_of(catalogue, correct, topology, only, profile, include_correct)
+    for name, (impl, sizes, why) in extra.items():
+        if include_correct and (not only or name in only):
+            out.append(Target(f"{name} (correct: {why})", impl, sizes, "pass", topology))
     return _scoped(out)
+
+
+#: Correct implementations beside the controls in the GPU matrix: each must PASS the gate as the control does. The
+#: wrapper running the kernel on its own stream the way the contract says is the stream mutants' control -- a check
+#: taking the allocator's bookkeeping for a write, or a stream wait for a hazard, fails it (it ran by hand until the
+#: 37th session: `--impl mutants.dimension_faults:FusedOnItsOwnStream`, 34th session).
+GPU_EXTRA_CONTROLS = {"FusedOnItsOwnStream": ("mutants.dimension_faults:FusedOnItsOwnStream", (2,),
+                                              "the kernel on its own stream")}
 
 
 def _targets_of(catalogue, correct: str, topology: str, only: list[str] | None, profile: str,

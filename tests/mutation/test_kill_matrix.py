@@ -315,7 +315,11 @@ def test_gpu_matrix_targets_the_fault_injected_builds_on_shared_gpu():
     for correct, impls in (("fused", fused), ("unfused", {s.impl for s in GPU_UNFUSED_CATALOGUE})):
         mine = [t for t in mutants if t.impl in impls]
         assert sorted(t.world_sizes for t in controls if t.impl == correct) == sorted({t.world_sizes for t in mine})
-    assert {t.impl for t in controls} == {"fused", "unfused"}
+    assert {t.impl for t in controls} == {"fused", "unfused", "mutants.dimension_faults:FusedOnItsOwnStream"}
+    (own,) = [t for t in controls if "FusedOnItsOwnStream" in t.impl]
+    assert own.world_sizes == (2,) and own.topology == "shared-gpu" and own.must == "pass"
+    assert not [t for t in targets(["FusedDroppedPeer"], gpu=True) if "OwnStream" in t.impl]  # asked for by name only
+    assert [t.must for t in targets(["FusedOnItsOwnStream"], gpu=True)] == ["pass"]
     assert {t.impl for t in mutants} == fused | {s.impl for s in GPU_UNFUSED_CATALOGUE}
     assert "StagingOnDefaultDevice" in {t.name for t in mutants}
     only = targets(["FusedDroppedPeer"], gpu=True)  # one fused mutant: its control only
