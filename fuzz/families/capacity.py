@@ -51,7 +51,7 @@ def captured_rejection(ctx: RankContext, impl, entry, good: GoodCall, guarded: G
     workspace, one that reads the device (``.item()``) raises the capture's error instead
     (``capacity_rejected_in_capture``). Skipped, with the reason, where there is no capture (no GPU) or the
     implementation waives graph capture."""
-    if ctx.device.type != "cuda":
+    if not ctx.on_cuda:
         return skipped(CAPTURED, f"topology {ctx.topology} has no CUDA graphs", rank=ctx.rank)
     waived = waiver(impl, "graph_capture")
     if waived:

@@ -68,7 +68,7 @@ def run(ctx: RankContext, impl, case: Case) -> list[CheckResult]:
     for i, M in enumerate(list(case.ms) + around):
         M = aligned_if_waived(impl, M, W, case.max_M)
         checks += one_step(ctx, layer, case, M, case.seed + i, seen, tag=f"layer{i}")
-    if ctx.device.type == "cuda":
+    if ctx.on_cuda:
         for i, M in enumerate(dict.fromkeys(aligned_if_waived(impl, M, W, case.max_M) for M in case.ms)):
             checks += captured_step(ctx, layer, case, M, case.seed + GRAPH_SEED_OFFSET + i, tag=f"layer_graph{i}")
     return checks

@@ -14,8 +14,9 @@ The model, installed by :func:`installed` (every name restored after):
   is recorded by :class:`Replayable` (the captured kernels on the captured buffers); ``replay`` calls it again on
   the same x, w and result buffer, and notes the stream it replayed on and whether it followed a replay of the
   same graph with no call between (``back_to_back``);
-* ``torch.cuda._sleep`` does nothing; ``Tensor.pin_memory`` is the tensor; the streams family's busy matmuls are
-  8 x 8; :attr:`fuzz.families.RankContext.on_cuda` says yes.
+* ``torch.cuda.is_current_stream_capturing`` says whether a capture is open; ``torch.cuda._sleep`` does
+  nothing; ``Tensor.pin_memory`` is the tensor; the streams family's busy matmuls are 8 x 8;
+  :attr:`fuzz.families.RankContext.on_cuda` says yes.
 
 Not a test module: no ``assert`` (the workers raise)."""
 
@@ -29,6 +30,7 @@ import torch
 
 from fuzz.families import RankContext
 from fuzz.families import streams as streams_family
+from kernel.checks import check_operands
 from kernel.unfused import UnfusedGemmRs
 
 _ids = itertools.count()
@@ -126,7 +128,8 @@ def installed():
     with pytest.MonkeyPatch.context() as mp:
         for name, value in (("Stream", Stream), ("CUDAGraph", Graph), ("current_stream", rt.current_stream),
                             ("stream", rt.stream), ("graph", rt.graph), ("synchronize", rt.synchronize),
-                            ("_sleep", lambda cycles: None)):
+                            ("_sleep", lambda cycles: None),
+                            ("is_current_stream_capturing", lambda: rt.capturing is not None)):
             mp.setattr(torch.cuda, name, value)
         mp.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self)
         mp.setattr(RankContext, "on_cuda", property(lambda self: True))
@@ -144,6 +147,7 @@ class Replayable(UnfusedGemmRs):
     planted implementations below change :meth:`replayed` or :meth:`__call__`; this one is their control."""
 
     name = "fake-cuda-replayable"
+    should_run_min_m = 1  # a dispatch layer takes this side at every M (its captured forward: the op's replay)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -204,6 +208,19 @@ class StaleReplay(Replayable):
 
     def replayed(self, g, x, w, y):
         pass
+
+
+class CapacityUncheckedWhileCapturing(Replayable):
+    """The capacity check skipped inside a capture ("the warm-up checked it"): an M past max_M captured runs past the
+    workspace (here: whatever the unfused path raises on a buffer too small, not CapacityError)."""
+
+    name = "fake-cuda-capacity-unchecked-while-capturing"
+
+    def validate(self, x, w, out):
+        if torch.cuda.is_current_stream_capturing():
+            return check_operands(x, w, out, N=self.N, K=self.K, max_M=1 << 30, world_size=self.world_size,
+                                  device=self.device)
+        return super().validate(x, w, out)
 
 
 class ResultLandsAtSync(UnfusedGemmRs):

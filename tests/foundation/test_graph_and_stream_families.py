@@ -1,8 +1,9 @@
-"""The graph and streams families' checks on CPU ranks, under a CPU model of CUDA streams and graphs
-(tests/foundation/_fake_cuda.py): each check fails on an implementation whose bug only it sees, and the model's
-control passes every check. These are the checks the 36th session's audit of fuzz/families/ found unguarded off a
-GPU: a replay on another stream (G1), the replay padding against the buffer before the replay (G4), replays of one
-graph in a row (G5), the caller's copy taken right after the call (T1), the bitwise check against the oracle (T2)."""
+"""The graph and streams families' checks, and the capacity and dispatch families' captured ones, on CPU ranks under
+a CPU model of CUDA streams and graphs (tests/foundation/_fake_cuda.py): each check fails on an implementation whose
+bug only it sees, and the model's control passes every check. These are the checks the 36th session's audit of
+fuzz/families/ found unguarded off a GPU: a replay on another stream (G1), the replay padding against the buffer
+before the replay (G4), replays of one graph in a row (G5), the caller's copy taken right after the call (T1), the
+bitwise check against the oracle (T2)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from _dist import run_ranks
 from _fake_cuda import (
+    CapacityUncheckedWhileCapturing,
     OneUlpOffOnExactInputs,
     PaddingWrittenOnReplay,
     Replayable,
@@ -102,6 +104,26 @@ def test_the_replay_padding_is_compared_with_what_out_held_before_the_replay():
     assert 5 in by_rank[1]["failed_at_rows"], by_rank  # the global row past M - 1, on the rank that has it
     assert not by_rank[0]["failed"], by_rank  # rank 0 has no padding row
     assert PaddingWrittenOnReplay.name != Replayable.name
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")  # the planted M past max_M
+def test_a_capacity_check_skipped_inside_a_capture_fails_the_captured_rejection():
+    case = Case("capacity", bad="over", ms=[5], repeat=1, **BASE)
+    control = run_on_one_cpu_rank_with_model(Replayable, case)
+    assert not failed_checks(control), _failed(control)
+    assert "capacity_rejected_in_capture" in {c.name for c in control if c.passed}
+    checks = run_on_one_cpu_rank_with_model(CapacityUncheckedWhileCapturing, case)
+    assert failed_checks(checks, "capacity_rejected_in_capture"), _failed(checks)
+    assert not failed_checks(checks, "capacity_rejected"), _failed(checks)  # the eager call is still rejected
+
+
+def test_the_dispatch_layer_captured_in_a_graph_is_replayed_on_new_inputs_and_checked():
+    case = Case("dispatch", ms=[5, 9], repeat=1, **BASE)
+    control = run_on_one_cpu_rank_with_model(Replayable, case)
+    assert not failed_checks(control), _failed(control)
+    assert "dispatch_graph_replay" in {c.name for c in control if c.passed}, sorted({c.name for c in control})
+    checks = run_on_one_cpu_rank_with_model(StaleReplay, case)
+    assert failed_checks(checks, "dispatch_graph_replay"), _failed(checks)
 
 
 def run_on_one_cpu_rank_with_model(impl, case):
