@@ -1,6 +1,6 @@
 """Peak GPU memory of the three blocked checks on the W = 16 case's shard (4096 x 8192, 2-rank groups, K = 1664),
 checked in blocks (properties.result.BLOCK_ELEMENTS, the default) and as one block (the 36th session's behaviour):
-  python3 docs/evidence/2026-12-06b-w16-blocked-checks/check_memory.py
+  python3 docs/evidence/2026-12-06b-cuda-model-and-w16-recheck/check_memory.py
 Each check's result must be the same both ways (field by field); the peak is above what the inputs already hold."""
 import sys
 
