@@ -212,3 +212,101 @@ def test_setup_returns_non_zero_when_it_cannot_set_up(tmp_path):
                                                  "HOME": str(tmp_path)})
     assert "no python3 on PATH" in r.stderr, r.stdout + r.stderr
     assert "rc=1" in r.stdout, r.stdout + r.stderr
+
+
+# --- every ci/ script as the pipelines call it: its exit status, its command line, -O and multicast off -------------
+# (a fake python3 under GEMM_RS_SYSTEM_PYTHON=1 logs how each script called it and exits as told)
+
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+LOGGING_PYTHON = r"""#!/usr/bin/env bash
+# python3 for GEMM_RS_SYSTEM_PYTHON=1: setup.sh's probes answered, every other call logged with the environment
+# a child sees, then exit $FAKE_RC ($FAKE_RUFF_RC for ruff)
+case "$*" in
+  *stored_examples*) echo "${FAKE_STORED:-0}"; exit 0 ;;
+  *find_spec*|*getsitepackages*|*compileall*) exit 0 ;;
+esac
+echo "argv=$*|O=${PYTHONOPTIMIZE-}|nvls=${NCCL_NVLS_ENABLE-}|mc=${TORCH_SYMM_MEM_DISABLE_MULTICAST-}|\
+nvshmem=${NVSHMEM_DISABLE_NVLS-}" >> "$FAKE_LOG"
+[ -n "${FAKE_OUT:-}" ] && echo "$FAKE_OUT"
+case "$*" in
+  *"-m ruff"*) exit "${FAKE_RUFF_RC:-0}" ;;
+  *) exit "${FAKE_RC:-0}" ;;
+esac
+"""
+
+
+def _run_with_fake_python(tmp_path, argv: list[str], **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """``argv`` (a ci/ script) run with the logging python3; (its result, one dict per python call it made). The
+    caller's multicast settings are removed first: the script itself must export them to its children."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    _fake(bindir / "python3", LOGGING_PYTHON)
+    log = tmp_path / "python.log"
+    log.unlink(missing_ok=True)
+    full = {k: v for k, v in _clean_env().items() if k not in MULTICAST_OFF}
+    full.update(PATH=f"{bindir}:/usr/bin:/bin", GEMM_RS_SYSTEM_PYTHON="1", TMPDIR=str(tmp_path), FAKE_LOG=str(log),
+                **env)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/", env=full)
+    lines = log.read_text().splitlines() if log.exists() else []
+    return r, [dict(f.split("=", 1) for f in line.split("|")) for line in lines]
+
+
+def _multicast_off(call: dict) -> bool:
+    return (call["nvls"], call["mc"], call["nvshmem"]) == ("0", "1", "1")
+
+
+@pytest.mark.parametrize("rc", [0, 3])
+def test_ci_gate_passes_its_arguments_and_returns_the_campaign_s_status(tmp_path, rc):
+    r, calls = _run_with_fake_python(tmp_path, [str(REPO / "ci/gate"), "--profile", "smoke", "--world-sizes", "2"],
+                                     FAKE_RC=str(rc))
+    out = r.stdout + r.stderr + str(calls)
+    assert r.returncode == rc, f"ci/gate exited {r.returncode}, the campaign {rc}:\n{out}"
+    assert [c["argv"] for c in calls] == ["-m fuzz.campaign --profile smoke --world-sizes 2"], out
+    assert all(_multicast_off(c) for c in calls), f"multicast not off in the campaign's environment: {calls}"
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_ci_fuzz_runs_the_whole_gate_under_O_with_the_user_s_arguments(tmp_path, rc):
+    """ci/fuzz is `PYTHONOPTIMIZE=1 pytest -n auto fuzz/` (README): the -O reaches pytest's process (and so its
+    workers and ranks), the whole of fuzz/ is collected, the user's arguments follow, pytest's status is ci/fuzz's."""
+    r, calls = _run_with_fake_python(tmp_path, [str(REPO / "ci/fuzz"), "--junitxml=j.xml"], FAKE_RC=str(rc))
+    out = r.stdout + r.stderr + str(calls)
+    assert r.returncode == rc, out
+    runs = [c for c in calls if " pytest " in f" {c['argv']} "]
+    assert [c["argv"] for c in runs] == ["-m pytest -n auto -p no:cacheprovider fuzz/ --junitxml=j.xml"], out
+    assert all(c["O"] == "1" for c in runs), f"pytest did not get PYTHONOPTIMIZE=1: {runs}"
+    assert all(_multicast_off(c) for c in calls), f"multicast not off in pytest's environment: {calls}"
+
+
+@pytest.mark.parametrize("args, want", [
+    pytest.param([], "-O -m mutants.meta", id="cpu"),
+    pytest.param(["--jobs", "2"], "-O -m mutants.meta --jobs 2", id="cpu-args"),
+    pytest.param(["--gpu", "--jobs", "4"], "-O -m mutants.meta --gpu --optimize 1 --jobs 4", id="gpu"),
+])
+def test_ci_kill_matrix_runs_the_matrix_it_names_under_O(tmp_path, args, want):
+    """`ci/kill-matrix --gpu` is the GPU matrix at -O1 (the pipelines' nightly step); without it, the CPU matrix."""
+    r, calls = _run_with_fake_python(tmp_path, [str(REPO / "ci/kill-matrix"), *args], FAKE_RC="2")
+    out = r.stdout + r.stderr + str(calls)
+    assert r.returncode == 2, out
+    assert [c["argv"] for c in calls] == [want], out
+    assert all(_multicast_off(c) for c in calls), out
+
+
+def test_ci_test_stops_when_ruff_fails(tmp_path):
+    r, calls = _run_with_fake_python(tmp_path, [str(REPO / "ci/test"), "-k", "x"], FAKE_RUFF_RC="1")
+    out = r.stdout + r.stderr + str(calls)
+    assert r.returncode != 0, f"ci/test passed with ruff failing:\n{out}"
+    assert [c["argv"] for c in calls] == ["-m ruff check ."], f"pytest ran after ruff failed: {out}"
+
+
+def test_ci_run_fails_when_its_first_pass_fails(tmp_path):
+    """`.ci/run`'s first pass failing fails CI, whatever the second pass does (`set -e`)."""
+    root = tmp_path / "repo"
+    (root / ".ci").mkdir(parents=True)
+    (root / "ci").mkdir()
+    shutil.copy2(REPO / ".ci/run", root / ".ci/run")
+    _fake(root / "ci/test", '#!/usr/bin/env bash\n[ -n "${PYTHONOPTIMIZE:-}" ] && exit 0\nexit 1\n')
+    r = subprocess.run(["bash", str(root / ".ci/run")], capture_output=True, text=True, timeout=60, cwd="/",
+                       env=_clean_env())
+    assert r.returncode != 0, r.stdout + r.stderr
