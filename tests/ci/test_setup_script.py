@@ -92,3 +92,65 @@ def test_system_python_bytecode_is_compiled_once_until_its_packages_change(tmp_p
     (site / "newpkg").mkdir()
     assert source() == 2, "a package installed, yet not compiled"
     assert source() == 2
+
+
+def test_the_default_set_up_uses_the_project_venv_python():
+    """Without GEMM_RS_SYSTEM_PYTHON=1, every command runs the .venv's python (the torch and packages set-up
+    installed), never whatever python3 comes first on PATH."""
+    if os.environ.get("GEMM_RS_SYSTEM_PYTHON") == "1":
+        import pytest
+
+        pytest.skip("this host runs the system python (GEMM_RS_SYSTEM_PYTHON=1): there is no .venv to check")
+    env = {k: v for k, v in os.environ.items() if k not in ("GEMM_RS_SYSTEM_PYTHON", "GEMM_RS_PY")}
+    out = subprocess.run(["bash", "-c", SCRIPT, "bash", str(REPO)], capture_output=True, text=True, timeout=600,
+                         cwd="/", env=env).stdout
+    assert f"py={REPO}/.venv/bin/python\n" in out, out
+
+
+VENV_PYTHON = r"""#!/usr/bin/env bash
+# the python of a fresh venv: no torch; pip logs what it installs, torch's install exits $FAKE_TORCH_RC
+case "$*" in
+  *"import torch"*) exit 1 ;;
+  *"pip install torch"*) echo "pip $*" >> "$FAKE_LOG"; exit "$FAKE_TORCH_RC" ;;
+  *"pip install"*) echo "pip $*" >> "$FAKE_LOG"; exit 0 ;;
+  *) exit 0 ;;
+esac
+"""
+
+BASE_PYTHON = r"""#!/usr/bin/env bash
+# $PYTHON for the set-up: `-m venv DIR` makes DIR/bin/python the fake above
+[ "$1 $2" = "-m venv" ] || exit 1
+mkdir -p "$3/bin" && cp "$FAKE_VENV_PYTHON" "$3/bin/python" && chmod +x "$3/bin/python"
+"""
+
+
+def test_a_failed_torch_install_fails_the_set_up_and_is_tried_again(tmp_path):
+    """A fresh .venv whose torch install fails: sourcing ci/setup.sh returns non-zero and leaves no stamp (the next
+    run tries again), instead of going on without torch or with another one; torch's pinned version is what pip
+    is asked for."""
+    root = tmp_path / "repo"
+    (root / "ci").mkdir(parents=True)
+    for f in ("ci/setup.sh", "pyproject.toml"):
+        (root / f).write_bytes((REPO / f).read_bytes())
+    venv_py, base_py, log = tmp_path / "venv_python", tmp_path / "python", tmp_path / "pip.log"
+    for path, text in ((venv_py, VENV_PYTHON), (base_py, BASE_PYTHON)):
+        path.write_text(text)
+        path.chmod(0o755)
+    stamp = root / ".venv" / ".gemm-rs-installed"
+
+    def source(torch_rc: int) -> str:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "PYTHON": str(base_py),
+               "FAKE_VENV_PYTHON": str(venv_py), "FAKE_LOG": str(log), "FAKE_TORCH_RC": str(torch_rc)}
+        r = subprocess.run(["bash", "-c", SCRIPT, "bash", str(root)], capture_output=True, text=True, timeout=60,
+                           cwd="/", env=env)
+        return r.stdout + r.stderr
+
+    out = source(1)
+    assert "rc=1" in out and "install failed" in out, out
+    assert not stamp.exists(), "a failed install was stamped as done: the next run would not install again"
+    out = source(0)
+    assert "rc=0" in out and f"py={root}/.venv/bin/python" in out, out
+    assert stamp.exists(), out
+    pips = log.read_text().splitlines()
+    assert len(pips) == 3 and pips[:2] == ["pip -m pip install torch==2.13.0"] * 2, pips
+    assert pips[2].startswith("pip -m pip install -e"), pips
