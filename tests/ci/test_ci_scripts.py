@@ -310,3 +310,65 @@ def test_ci_run_fails_when_its_first_pass_fails(tmp_path):
     r = subprocess.run(["bash", str(root / ".ci/run")], capture_output=True, text=True, timeout=60, cwd="/",
                        env=_clean_env())
     assert r.returncode != 0, r.stdout + r.stderr
+
+
+# --- ci/gpu-check (its steps' commands faked: what is tested is how a step's status becomes the script's) ---------
+
+def _gpu_check(tmp_path, *steps: str, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    return _run_with_fake_python(tmp_path, [str(REPO / "ci/gpu-check"), str(tmp_path / "out"), *steps], **env)
+
+
+@pytest.mark.parametrize("rc", [0, 1, 124])
+def test_gpu_check_counts_a_failed_step(tmp_path, rc):
+    r, calls = _gpu_check(tmp_path, "kernel", FAKE_RC=str(rc))
+    out = r.stdout + r.stderr
+    assert f"== kernel: rc={rc}\n" in r.stdout, out
+    assert r.returncode == (1 if rc else 0) and f"ci/gpu-check: {1 if rc else 0} step(s) failed" in r.stdout, out
+    assert len(calls) == 1 and calls[0]["argv"].startswith("-m pytest tests/kernel"), calls
+    assert all(_multicast_off(c) for c in calls), calls
+
+
+def test_gpu_check_counts_each_failed_step_run_in_the_background(tmp_path):
+    r, calls = _gpu_check(tmp_path, "cacheprobe", FAKE_RC="1")
+    assert r.returncode == 3 and r.stdout.count(": rc=1\n") == 3, r.stdout + r.stderr
+    assert len(calls) == 3 and all(c["O"] == "1" and _multicast_off(c) for c in calls), calls
+
+
+@pytest.mark.parametrize("last_line, rc, passes", [
+    pytest.param("5 passed in 3.0s", 0, True, id="passed"),
+    pytest.param("1 failed, 4 passed in 3.0s", 1, False, id="failed"),
+    pytest.param("4 passed, 1 skipped in 3.0s", 0, False, id="skipped"),
+])
+def test_gpu_check_kernelgpu_passes_only_when_every_gpu_test_ran_and_passed(tmp_path, last_line, rc, passes):
+    r, _ = _gpu_check(tmp_path, "kernelgpu", FAKE_RC=str(rc), FAKE_OUT=last_line)
+    assert (r.returncode == 0) == passes, r.stdout + r.stderr
+
+
+def test_gpu_check_gate_steps_run_the_campaign_under_O(tmp_path):
+    r, calls = _gpu_check(tmp_path, "gate", "pushgate", FAKE_RC="0")
+    campaigns = [c for c in calls if "-m fuzz.campaign" in c["argv"]]
+    assert r.returncode == 0 and len(campaigns) == 2, r.stdout + r.stderr + str(calls)
+    assert all(c["O"] == "1" and _multicast_off(c) for c in campaigns), campaigns
+
+
+# --- bench/gpu_gate_evidence.sh (its ci/ commands faked) -------------------------------------------------------------
+
+def test_gpu_gate_evidence_keeps_multicast_off_in_every_child(tmp_path):
+    root = tmp_path / "repo"
+    for d in ("bench", "ci"):
+        (root / d).mkdir(parents=True)
+    shutil.copy2(REPO / "bench/gpu_gate_evidence.sh", root / "bench/gpu_gate_evidence.sh")
+    shutil.copy2(REPO / "ci/setup.sh", root / "ci/setup.sh")
+    record = r"""#!/usr/bin/env bash
+echo "$(basename "$0") ${NCCL_NVLS_ENABLE-} ${TORCH_SYMM_MEM_DISABLE_MULTICAST-} ${NVSHMEM_DISABLE_NVLS-}" \
+  >> "$SCRIPT_LOG"
+"""
+    for script in ("ci/gpu-check", "ci/gate"):
+        _fake(root / script, record)
+    log = tmp_path / "scripts.log"
+    argv = ["bash", str(root / "bench/gpu_gate_evidence.sh"), str(tmp_path / "o")]
+    r, calls = _run_with_fake_python(tmp_path, argv, GATE_EVIDENCE_BUDGET="90", PHASE1_LIMIT="20", SCRIPT_LOG=str(log))
+    scripts = log.read_text().splitlines() if log.exists() else []
+    out = r.stdout + r.stderr + str(scripts) + str(calls)
+    assert scripts == ["gpu-check 0 1 1"] + ["gate 0 1 1"] * 2, out  # verdicts, then the gate on each topology
+    assert len(calls) == 2 and all(_multicast_off(c) for c in calls), out  # the GPU mutants, the byte boundaries
