@@ -119,3 +119,30 @@ def test_paired_ratios_refuse_series_of_different_lengths_and_spread_is_quartile
     assert t.paired_ratios([2.0, 3.0], [1.0, 2.0]) == [2.0, 1.5]
     assert t.spread([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
     assert t.spread([7.0]) == (7.0, 7.0, 7.0)
+
+
+def test_the_barrier_runs_right_before_every_timed_replay():
+    """``before_each`` (the ranks' barrier) before each timed replay of each graph -- of graph_samples too -- so every
+    rank's replay of a sample starts together (a collective is timed from its slowest rank's start)."""
+    t = _timing()
+    cuda = FakeCuda({"ours": 2.0, "mm": 3.0})
+    out = t.interleaved_samples(FakeTorch(cuda), {"ours": _calls(cuda, "ours", 2), "mm": _calls(cuda, "mm", 2)}, 3,
+                                before_each=lambda: cuda.log.append("barrier"))
+    timed = [name for name in cuda.log if not name.startswith("warm:")][4:]  # after the capture replays
+    b, o, m = ["barrier"], ["ours"] * 2, ["mm"] * 2
+    assert timed == b + o + b + m + b + m + b + o + b + o + b + m, timed
+    assert len(out["ours"]) == len(out["mm"]) == 3
+    cuda = FakeCuda({"a": 1.0})
+    t.graph_samples(FakeTorch(cuda), _calls(cuda, "a", 1), 3, before_each=lambda: cuda.log.append("barrier"))
+    assert [n for n in cuda.log if not n.startswith("warm:")][1:] == ["barrier", "a"] * 3, cuda.log
+
+
+@pytest.mark.parametrize("n", range(2, 10))
+def test_spread_is_the_inclusive_quartiles_and_the_median_of_any_count(n):
+    import statistics
+
+    values = [float(v * v) for v in range(n)]
+    q1, q2, q3 = _timing().spread(values)
+    assert (q1, q2, q3) == pytest.approx(statistics.quantiles(values, n=4, method="inclusive"))
+    assert q2 == pytest.approx(statistics.median(values))
+    assert _timing().spread([1.0, 3.0]) == pytest.approx((1.5, 2.0, 2.5))
