@@ -5,7 +5,7 @@ time both with CUDA graphs of ``REPS`` back-to-back calls, inputs rotated over e
 the working set exceeds L2, ``TRIALS`` replays of each graph, the two interleaved (``_timing.interleaved_samples``:
 a clock drift lands on both sides). Prints TFLOP/s of both (medians), the ratio, and the quartiles of the
 replay-by-replay ratios (``q1-q3``: how far one run can be trusted), plus the compile seconds per (N, K)
-configuration.
+configuration. A shape whose check fails is not timed (``n/a``) and makes the exit status 1.
 
     python bench/bench_gemm.py [--ms 128,512,...] [--ns 4096,7168] [--ks 2048,4096] [--protocol pull|push]
 
@@ -39,10 +39,11 @@ TRIALS = 25
 REPS = 10
 
 
-def check(impl, M, N, K) -> tuple[str, float]:
-    g = torch.Generator(device="cuda").manual_seed(M * 31 + N + K)
-    x = torch.randn(M, K, device="cuda", generator=g).bfloat16()
-    w = torch.randn(N, K, device="cuda", generator=g).bfloat16()
+def check(impl, M, N, K, device="cuda") -> tuple[str, float]:
+    """("ok" or "FAIL(n out of bound)", max |ours - torch.mm|): Gaussian inputs against the fp64 truth."""
+    g = torch.Generator(device=device).manual_seed(M * 31 + N + K)
+    x = torch.randn(M, K, device=device, generator=g).bfloat16()
+    w = torch.randn(N, K, device=device, generator=g).bfloat16()
     y = impl(x, w)
     truth = x.double() @ w.double().T
     bound = 2 * (U_BF16 * truth.abs() + K * U_FP32 * (x.double().abs() @ w.double().abs().T))
@@ -67,6 +68,24 @@ def bench_one(impl, M, N, K, dev) -> tuple[float, float, tuple[float, float, flo
     flops = 2.0 * M * N * K
     quartiles = spread(paired_ratios(t["mm"], t["ours"]))
     return flops / statistics.median(t["ours"]) / 1e12, flops / statistics.median(t["mm"]) / 1e12, quartiles
+
+
+def measure(impl, M, N, K, dev) -> tuple[str, float, tuple | None]:
+    """(verdict, max |ours - torch.mm|, :func:`bench_one`'s timing): correctness first; a failed check is not timed
+    (None)."""
+    verdict, diff = check(impl, M, N, K, dev)
+    return verdict, diff, (bench_one(impl, M, N, K, dev) if verdict == "ok" else None)
+
+
+def row_line(M, N, K, verdict: str, diff: float, timing, tile: str) -> str:
+    """One line of the table: the check, TF/s of ours and of torch.mm, their ratio (> 1: ours faster), the
+    quartiles of the replay-by-replay ratios, the tile; n/a in place of the timing of a failed check."""
+    if timing is None:
+        times = f"{'n/a':>9} {'n/a':>9} {'n/a':>6} {'n/a':>9}"
+    else:
+        tf_o, tf_m, (q1, _, q3) = timing
+        times = f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} {q1:>4.2f}-{q3:<4.2f}"
+    return f"{M:>6} {N:>6} {K:>6} | {verdict:>6} {diff:>12.4g} | {times} | {tile}"
 
 
 class _Forced:
@@ -158,7 +177,7 @@ def host_overhead_us(impl, M) -> float:
     return (t1 - t0) / 200 * 1e6
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--ms", default="128,512,1024,4096,8192")
     p.add_argument("--ns", default="4096,7168")
@@ -181,21 +200,18 @@ def main() -> None:
     print("-" * len(hdr))
     max_m = max(ms)
     every = []  # (M, N, K, chosen index, [TF/s per config], mm TF/s)
+    failed = 0  # shapes whose check failed (not timed)
     for N in ns:
         for K in ks:
             impl = FusedGemmRs(max_M=max_m, N=N, K=K, device=dev, force_fused=True, protocol=args.protocol)
             if args.all_tiles:
                 impl.reserve_every_split()
             for M in ms:
-                verdict, diff = check(impl, M, N, K)
-                tf_o, tf_m, (q1, _, q3) = bench_one(impl, M, N, K, dev)
-                print(
-                    f"{M:>6} {N:>6} {K:>6} | {verdict:>6} {diff:>12.4g} | "
-                    f"{tf_o:>9.1f} {tf_m:>9.1f} {tf_o / tf_m:>6.2f} {q1:>4.2f}-{q3:<4.2f} | {tile_name(impl, M)}",
-                    flush=True,
-                )
-                if args.all_tiles:
-                    every.append((M, N, K, chosen_column(impl, M), all_tiles(impl, M, N, K, dev), tf_m))
+                verdict, diff, timing = measure(impl, M, N, K, dev)
+                failed += timing is None
+                print(row_line(M, N, K, verdict, diff, timing, tile_name(impl, M)), flush=True)
+                if args.all_tiles and timing is not None:
+                    every.append((M, N, K, chosen_column(impl, M), all_tiles(impl, M, N, K, dev), timing[1]))
     if every:
         print(render_all_tiles(impl.tile_configs(), every))
     print(f"\nhost time per eager call (launch only, M={ms[0]}): {host_overhead_us(impl, ms[0]):.1f} us")
@@ -205,7 +221,10 @@ def main() -> None:
             f"  tile={cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} stages={v['ab_stage']} "
             f"sms={cfg.sm_count} {arch}: {v['seconds']:.2f} s ({v['origin']})"
         )
+    if failed:
+        print(f"\nbench_gemm: {failed} shape(s) failed the correctness check (not timed)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,7 +11,7 @@ Method, per (N, K) and M (K is per rank):
    every partial and sum exactly representable in bf16), the whole result bitwise equal to the oracle
    (torch GEMM + ``reduce_scatter_tensor``); and at the smallest M of each shape, Gaussian inputs within
    the suite's derived bound of the fp64 truth (properties.within_tolerance). A failure stops the timing
-   of that M and prints the located mismatch.
+   of that M and prints the located mismatch, and makes the exit status 1 (the other Ms are still measured).
 2. CUDA graphs: each implementation captured as ``reps`` back-to-back calls over rotated input buffers
    (working set > 2x L2, so L2 flatters nobody); one sample = one replay / reps, timed with events.
 3. The max over ranks per sample (all ranks replay together after a barrier; a collective is as slow as its
@@ -156,7 +156,8 @@ def protocol_entry(rows: list[dict], N: int, K: int, W: int, machine: str, comma
 
     from kernel.fused.crossover import faster_protocol_by_m
 
-    timings = {r["M"]: (r["fused_s"], r["push_s"]) for r in rows if r.get("fused_s") and r.get("push_s")}
+    timings = {r["M"]: (r["fused_s"], r["push_s"]) for r in rows
+               if r["check"] == "ok" and r.get("fused_s") and r.get("push_s")}
     if not timings:
         return None
     return {"N": N, "K": K, "W": W, "by_m": faster_protocol_by_m(timings), "measured": date.today().isoformat(),
@@ -171,11 +172,33 @@ def crossovers(rows: list[dict], N: int, K: int, W: int, machine: str, command: 
 
     out = []
     for key, protocol in (("fused_s", "pull"), ("push_s", "push")):
-        timings = {r["M"]: (r[key], r["unfused_s"]) for r in rows if r.get(key) and r.get("unfused_s")}
+        timings = {r["M"]: (r[key], r["unfused_s"]) for r in rows
+                   if r["check"] == "ok" and r.get(key) and r.get("unfused_s")}
         if timings:
             out.append({"N": N, "K": K, "W": W, "protocol": protocol, "min_m": crossover_from_timings(timings),
                         "measured": date.today().isoformat(), "machine": machine, "command": command})
     return out
+
+
+def max_over_ranks(torch, dist, group, samples: list[float]) -> float:
+    """The median over samples of each sample's slowest rank (method 3): a collective is as slow as its slowest
+    rank, and sample i ran on every rank at once (a barrier before each)."""
+    t = torch.tensor(samples, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return statistics.median(t.tolist())
+
+
+def bound_seconds(mm_s: float, M: int, N: int, W: int, nvlink_gbs: float) -> tuple[float, float]:
+    """(transfer, physical bound) in seconds: the ``(W-1)/W * M*N*2`` bytes a rank sends at the NVLink bandwidth
+    per direction, and the larger of that and torch.mm's time (neither can hide the other more than fully)."""
+    tx_s = (W - 1) / W * M * N * 2 / (nvlink_gbs * 1e9)
+    return tx_s, max(mm_s, tx_s)
+
+
+def exit_status(rows: list[dict]) -> int:
+    """1 when any M's correctness check failed (its timing not taken), else 0: a benchmark of a wrong kernel is no
+    pass (ci/gpu-check's bench steps count this status)."""
+    return 1 if any(r["check"] != "ok" for r in rows) else 0
 
 
 def measure_nvlink_gbs(torch, dist, group, dev, ctrl) -> float:
@@ -256,11 +279,6 @@ def main() -> int:  # noqa: C901 — a linear script
     def timed_graph(calls) -> list[float]:
         return graph_samples(torch, calls, args.samples, before_each=lambda: dist.barrier(group=ctrl))
 
-    def max_over_ranks(samples: list[float]) -> float:
-        t = torch.tensor(samples, dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctrl)
-        return statistics.median(t.tolist())
-
     def exact_inputs(M, N, K):
         """Integers in [-2, 2] in the first 8 columns of K, different per rank: every partial (|p| <= 32) and
         sum exact in bf16, so any correct implementation is bitwise equal to the oracle."""
@@ -311,16 +329,17 @@ def main() -> int:  # noqa: C901 — a linear script
     def time_rs(impl, name: str, M: int, sets) -> float | None:
         """Seconds per call of a GEMM-RS implementation, max over ranks, median."""
         calls = rs_calls(impl, name, M, sets)
-        return None if calls is None else max_over_ranks(timed_graph(calls))
+        return None if calls is None else max_over_ranks(torch, dist, ctrl, timed_graph(calls))
 
     def time_interleaved(named_calls: dict) -> dict:
         """Seconds per call of each ``name -> calls`` (None: not timed), max over ranks, median, their replays
         interleaved (``_timing.interleaved_samples``; the same order on every rank, a barrier before each)."""
         timed = {name: calls for name, calls in named_calls.items() if calls is not None}
         samples = interleaved_samples(torch, timed, args.samples, before_each=lambda: dist.barrier(group=ctrl))
-        return {name: max_over_ranks(samples[name]) if name in samples else None for name in named_calls}
+        return {name: max_over_ranks(torch, dist, ctrl, samples[name]) if name in samples else None
+                for name in named_calls}
 
-    entries, protocol_entries = [], []
+    entries, protocol_entries, every_row = [], [], []
     for N, K in shapes:
         impls = {
             "fused_s": FusedGemmRs(None, max_M=max_m, N=N, K=K, device=dev, force_fused=forced),
@@ -356,8 +375,7 @@ def main() -> int:  # noqa: C901 — a linear script
                 named["mm_s"] = [lambda a=a, b=b, c=c: torch.mm(a, b.t(), out=c) for a, b, c in full]
                 row.update(time_interleaved(named))
                 if nvlink_gbs:
-                    row["tx_s"] = (W - 1) / W * M * N * 2 / (nvlink_gbs * 1e9)
-                    row["bound_s"] = max(row["mm_s"], row["tx_s"])
+                    row["tx_s"], row["bound_s"] = bound_seconds(row["mm_s"], M, N, W, nvlink_gbs)
             row["push_tiles"] = "{}x{}".format(*_tile(impls["push_s"], M))
             # 5. GEMM core vs torch.mm, rank 0 alone
             dist.barrier(group=ctrl)
@@ -373,6 +391,7 @@ def main() -> int:  # noqa: C901 — a linear script
             rows.append(row)
             if rank == 0:
                 print(f"N={N} K={K} M={M} done: {row}", flush=True)
+        every_row += rows
         for impl in list(impls.values()) + [core]:
             impl.close()
         if not shared:
@@ -420,7 +439,9 @@ def main() -> int:  # noqa: C901 — a linear script
         elif args.write_crossover:
             print("crossover table NOT written: no cross-rank timings (shared-gpu, or every check failed)")
     dist.destroy_process_group()
-    return 0
+    if rank == 0 and exit_status(every_row):
+        print("bench_gemm_rs: a correctness check failed (those Ms not timed)", flush=True)
+    return exit_status(every_row)
 
 
 def _tile(impl, M) -> tuple[int, int]:

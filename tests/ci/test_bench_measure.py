@@ -1,0 +1,131 @@
+"""The benchmarks' host-side measurement logic on CPU: correctness is checked first and a failed check is neither
+timed nor a pass (exit status), ratios are ours-faster-is-above-1 and of the right series, a collective's time is
+its slowest rank's, medians and the physical bound are what their names say. Fakes stand in for the GPU timing and
+for torch.distributed; the tensors are small CPU ones."""
+
+from __future__ import annotations
+
+import statistics
+import types
+
+import pytest
+import torch
+
+from tests.bench_scripts import load_bench
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    return load_bench("bench_gemm")
+
+
+@pytest.fixture(scope="module")
+def rs():
+    return load_bench("bench_gemm_rs")
+
+
+def _mm(x, w, out=None):
+    y = torch.mm(x.float(), w.float().t()).bfloat16()
+    return y if out is None else out.copy_(y)
+
+
+# --- bench_gemm.py ------------------------------------------------------------------------------------------------
+
+def test_check_passes_a_right_gemm_and_fails_a_wrong_one(gemm):
+    verdict, diff = gemm.check(_mm, 16, 32, 64, "cpu")
+    assert verdict == "ok" and diff == 0.0
+    verdict, _ = gemm.check(lambda x, w: (_mm(x, w).float() * 1.02).bfloat16(), 16, 32, 64, "cpu")
+    assert verdict.startswith("FAIL("), verdict
+
+
+def test_a_failed_check_is_not_timed(gemm, monkeypatch):
+    timed = []
+    monkeypatch.setattr(gemm, "bench_one", lambda *a: timed.append(a) or (1.0, 1.0, (1.0, 1.0, 1.0)))
+    monkeypatch.setattr(gemm, "check", lambda *a: ("FAIL(3 out of bound)", 0.5))
+    assert gemm.measure(_mm, 16, 32, 64, "cpu") == ("FAIL(3 out of bound)", 0.5, None) and not timed
+    monkeypatch.setattr(gemm, "check", lambda *a: ("ok", 0.0))
+    assert gemm.measure(_mm, 16, 32, 64, "cpu")[2] == (1.0, 1.0, (1.0, 1.0, 1.0)) and len(timed) == 1
+
+
+def test_bench_one_times_ours_and_torch_mm_each_under_its_own_name(gemm, monkeypatch):
+    """Ours twice as fast as torch.mm: ours' TF/s twice mm's, and the replay-by-replay ratios (the speed of ours
+    over torch.mm, as the ratio column) 2."""
+    seen = {}
+
+    def fake_samples(torch_, named_calls, samples, before_each=None):
+        for name, calls in named_calls.items():
+            out = calls[0]()
+            seen[name] = (out.shape, calls[0].__defaults__[0] is not None)
+        return {"ours": [1e-3, 1.1e-3, 0.9e-3], "mm": [2e-3, 2.2e-3, 1.8e-3]}
+
+    calls = []
+    monkeypatch.setattr(gemm, "interleaved_samples", fake_samples)
+    tf_o, tf_m, (q1, q2, q3) = gemm.bench_one(lambda x, w, out: calls.append(1) or _mm(x, w, out), 16, 32, 64, "cpu")
+    flops = 2.0 * 16 * 32 * 64
+    assert tf_o == pytest.approx(flops / 1e-3 / 1e12) and tf_m == pytest.approx(flops / 2e-3 / 1e12)
+    assert (q1, q2, q3) == pytest.approx((2.0, 2.0, 2.0))
+    assert set(seen) == {"ours", "mm"} and len(calls) == 1  # ours' closures call our implementation, mm's do not
+
+
+def test_the_row_shows_ours_over_mm_and_no_timing_for_a_failed_check(gemm):
+    line = gemm.row_line(256, 7168, 2048, "ok", 0.0, (600.0, 300.0, (1.9, 2.0, 2.1)), "128x256")
+    assert "600.0" in line and "300.0" in line and " 2.00 " in line and "1.90-2.10" in line, line
+    line = gemm.row_line(256, 7168, 2048, "FAIL(3 out of bound)", 0.5, None, "128x256")
+    assert "FAIL(3 out of bound)" in line and "n/a" in line and "." not in line.split("|")[2], line
+
+
+# --- bench_gemm_rs.py ---------------------------------------------------------------------------------------------
+
+class FakeDist:
+    """all_reduce over this rank and ``others`` (the other ranks' tensors), with the op asked for."""
+
+    ReduceOp = types.SimpleNamespace(MAX="max", MIN="min", SUM="sum")
+
+    def __init__(self, *others):
+        self.others = others
+
+    def all_reduce(self, t, op=None, group=None):
+        stack = torch.stack([t, *[torch.tensor(o, dtype=t.dtype) for o in self.others]])
+        t.copy_({"max": stack.max(0).values, "min": stack.min(0).values, "sum": stack.sum(0)}[op])
+
+
+def test_a_sample_s_time_is_its_slowest_rank_s_then_the_median_over_samples(rs):
+    mine, other = [1.0, 5.0, 1.0, 1.0, 1.0], [2.0, 1.0, 2.0, 2.0, 9.0]
+    # per sample the slowest rank: 2 5 2 2 9 -> median 2 (each rank's own median: 1 and 2; the fastest: 1)
+    assert rs.max_over_ranks(torch, FakeDist(other), None, mine) == 2.0
+    assert rs.max_over_ranks(torch, FakeDist([0.0] * 4), None, [4.0, 1.0, 3.0, 2.0]) == 2.5  # an even count
+    samples = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    assert rs.max_over_ranks(torch, FakeDist(), None, samples) == statistics.median(samples)
+
+
+def test_the_physical_bound_is_the_slower_of_the_gemm_and_the_transfer(rs):
+    tx = 1 / 2 * 1024 * 4096 * 2 / 100e9  # W = 2: half the M x N bf16 result leaves each rank
+    assert rs.bound_seconds(1e-6, 1024, 4096, 2, 100.0) == pytest.approx((tx, tx))
+    assert rs.bound_seconds(1e-3, 1024, 4096, 2, 100.0) == pytest.approx((tx, 1e-3))
+    assert rs.bound_seconds(1e-6, 1024, 4096, 8, 100.0)[0] == pytest.approx(7 / 8 * 1024 * 4096 * 2 / 100e9)
+
+
+def test_a_failed_check_makes_the_exit_status_1_and_its_timings_feed_no_table(rs):
+    ok = {"M": 128, "check": "ok", "fused_s": 2.0, "push_s": 1.0, "unfused_s": 3.0}
+    failed = {"M": 256, "check": "FAIL", "fused_s": 0.1, "push_s": 0.2, "unfused_s": 3.0}
+    assert rs.exit_status([ok]) == 0 and rs.exit_status([ok, failed]) == 1
+    assert rs.protocol_entry([ok, failed], 7168, 2048, 2, "t", "c")["by_m"] == {128: "push"}
+    assert all(e["min_m"] == 128 for e in rs.crossovers([ok, failed], 7168, 2048, 2, "t", "c"))
+
+
+def test_the_plot_draws_speedups_ours_faster_above_1(rs, monkeypatch, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    rows = [{"M": 512, "check": "ok", "fused_s": 100e-6, "push_s": 80e-6, "unfused_s": 150e-6, "asynctp_s": 120e-6,
+             "bound_s": 40e-6, "core_tflops": 600.0, "mm_tflops": 500.0}]
+    assert rs.plot(rows, False, str(tmp_path / "p.png"), "t") is None
+    lines = {ln.get_label(): float(ln.get_ydata()[0]) for ln in figs[0].axes[0].get_lines()
+             if ln.get_label()[0] != "_"}
+    assert lines == pytest.approx({"fused pull / (torch mm + RS)": 1.5, "fused push / (torch mm + RS)": 1.875,
+                                   "fused push / async-TP": 1.5, "physical bound / fused push": 0.5,
+                                   "GEMM core / torch.mm": 1.2})
