@@ -91,9 +91,12 @@ def render_table(rows: list[dict], shared: bool) -> str:
             + " | " + " ".join(f"{t:>9}" for t in RATIOS) + f" | {'core/mm':>7} | auto")
     lines = [head, "-" * len(head)]
     for r in rows:
-        times = " ".join(f"{'n/a':>9}" if shared or r.get(k) is None else f"{r[k] * 1e6:>9.1f}" for k in TIMED)
-        ratios = " ".join(f"{'n/a':>9}" if shared else f"{_ratio(r.get(a), r.get(b)):>9}" for a, b in RATIOS.values())
-        core = _ratio(r.get("core_tflops"), r.get("mm_tflops"))
+        ok = r["check"] == "ok"  # a failed check's row shows no time, whatever it carries (method 1)
+        times = " ".join(f"{'n/a':>9}" if shared or not ok or r.get(k) is None else f"{r[k] * 1e6:>9.1f}"
+                         for k in TIMED)
+        ratios = " ".join(f"{'n/a':>9}" if shared or not ok else f"{_ratio(r.get(a), r.get(b)):>9}"
+                          for a, b in RATIOS.values())
+        core = _ratio(r.get("core_tflops"), r.get("mm_tflops")) if ok else f"{'n/a':>7}"
         lines.append(f"{r['M']:>6} | {r['check']:>6} | {times} | {ratios} | {core:>7} | {r.get('auto_protocol', '')}")
     if shared:
         lines.append(f"NOTE: {SHARED_NOTE}")

@@ -129,3 +129,68 @@ def test_the_plot_draws_speedups_ours_faster_above_1(rs, monkeypatch, tmp_path):
     assert lines == pytest.approx({"fused pull / (torch mm + RS)": 1.5, "fused push / (torch mm + RS)": 1.875,
                                    "fused push / async-TP": 1.5, "physical bound / fused push": 0.5,
                                    "GEMM core / torch.mm": 1.2})
+
+
+def test_a_failed_check_s_row_shows_no_timing_whatever_it_carries(rs):
+    row = {"M": 2048, "check": "FAIL", "fused_s": 150e-6, "push_s": 100e-6, "unfused_s": 190e-6, "mm_s": 80e-6,
+           "core_tflops": 700.0, "mm_tflops": 600.0}
+    line = rs.render_table([row], shared=False).splitlines()[-1]
+    assert "FAIL" in line and not any(ch.isdigit() for ch in line.split("|", 2)[2]), line
+
+
+class _Event:
+    def __init__(self, clock, enable_timing=False):
+        self.clock = clock
+
+    def record(self):
+        self.t = self.clock.now
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return other.t - self.t
+
+
+def test_the_nvlink_bandwidth_is_timed_by_the_slowest_rank(rs, monkeypatch):
+    """Every rank copies 256 MiB to the next at once; the bandwidth is the bytes over the slowest rank's median
+    time (2 ms here, this rank's 1 ms), the first two copies a warm-up."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    import kernel.fused.workspace as workspace
+
+    clock = types.SimpleNamespace(now=0.0, copies=0)
+
+    def copy(src):  # 50 ms for the two warm-up copies, then 1 ms each
+        clock.copies += 1
+        clock.now += 50.0 if clock.copies <= 2 else 1.0
+
+    peer = types.SimpleNamespace(copy_=copy)
+    handle = types.SimpleNamespace(rank=0, world_size=2, get_buffer=lambda *a: peer, barrier=lambda: None)
+    monkeypatch.setattr(symm_mem, "empty", lambda *a, **k: None)
+    monkeypatch.setattr(symm_mem, "rendezvous", lambda *a, **k: handle)
+    monkeypatch.setattr(workspace, "use_cuda_backend", lambda dev: None)
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=lambda **k: _Event(clock)), tensor=torch.tensor,
+                                       randint=lambda *a, **k: None, uint8=torch.uint8, float64=torch.float64)
+    dist = FakeDist([2e-3])
+    dist.barrier = lambda group=None: None
+    dist.group = types.SimpleNamespace(WORLD=None)
+    gbs = rs.measure_nvlink_gbs(fake_torch, dist, None, "cuda:0", None)
+    assert gbs == pytest.approx(256 * 2**20 / 2e-3 / 1e9)
+
+
+def test_bench_gemm_exits_1_when_a_shape_fails_its_check(gemm, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "fake GPU")
+    monkeypatch.setattr(gemm, "FusedGemmRs", lambda **k: types.SimpleNamespace(**k))
+    monkeypatch.setattr(gemm, "tile_name", lambda impl, M: "128x256")
+    monkeypatch.setattr(gemm, "host_overhead_us", lambda impl, M: 1.0)
+    monkeypatch.setattr(gemm, "compile_stats", lambda: {"configs": {}})
+    monkeypatch.setattr("sys.argv", ["bench_gemm.py", "--ms", "128,256", "--ns", "256", "--ks", "128"])
+    verdicts = {128: ("ok", 0.0, (500.0, 400.0, (1.2, 1.25, 1.3))), 256: ("FAIL(2 out of bound)", 1.0, None)}
+    monkeypatch.setattr(gemm, "measure", lambda impl, M, N, K, dev: verdicts[M])
+    assert gemm.main() == 1
+    out = capsys.readouterr().out
+    assert " 1.25 1.20-1.30 " in out and "FAIL(2 out of bound)" in out, out
+    verdicts[256] = verdicts[128]
+    assert gemm.main() == 0
