@@ -23,6 +23,7 @@ Per row it prints:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import statistics
@@ -68,7 +69,9 @@ def _gpus(topology: str, W: int, p: int) -> list[int] | None:
 
 
 def _pct(xs: list[float], q: float) -> float:
-    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+    """The ``q`` quantile of ``xs`` by nearest rank: the smallest value with at least ``q * len(xs)`` of them at or
+    below it (p90 of 1..10 is 9)."""
+    return sorted(xs)[max(0, math.ceil(q * len(xs) - 1e-9) - 1)] if xs else float("nan")
 
 
 def _run_pool(spec: PoolSpec, cases: list[Case], gpus, rows: list[dict]) -> None:

@@ -194,3 +194,17 @@ def test_bench_gemm_exits_1_when_a_shape_fails_its_check(gemm, monkeypatch, caps
     assert " 1.25 1.20-1.30 " in out and "FAIL(2 out of bound)" in out, out
     verdicts[256] = verdicts[128]
     assert gemm.main() == 0
+
+
+def test_bench_gemm_rs_main_returns_the_checks_exit_status():
+    """main runs under torchrun on GPUs only; its status is :func:`exit_status` of every row it measured (a failed
+    check fails ci/gpu-check's bench steps), never a constant."""
+    import ast
+    import inspect
+
+    main = next(n for n in ast.parse(inspect.getsource(load_bench("bench_gemm_rs"))).body
+                if isinstance(n, ast.FunctionDef) and n.name == "main")
+    returns = [n.value for n in ast.walk(main) if isinstance(n, ast.Return) and n.value is not None
+               and not any(n in ast.walk(f) for f in main.body if isinstance(f, ast.FunctionDef))]
+    assert returns and all(isinstance(v, ast.Call) and getattr(v.func, "id", "") == "exit_status" for v in returns), \
+        [ast.unparse(v) for v in returns]
