@@ -58,13 +58,19 @@ def test_bench_one_times_ours_and_torch_mm_each_under_its_own_name(gemm, monkeyp
             seen[name] = (out.shape, calls[0].__defaults__[0] is not None)
         return {"ours": [1e-3, 1.1e-3, 0.9e-3], "mm": [2e-3, 2.2e-3, 1.8e-3]}
 
+    def fake_samples_buffers(torch_, named_calls, samples, before_each=None):
+        seen["buffers"] = {name: len({id(c.__defaults__[0]) for c in calls}) for name, calls in named_calls.items()}
+        return fake_samples(torch_, named_calls, samples, before_each)
+
     calls = []
-    monkeypatch.setattr(gemm, "interleaved_samples", fake_samples)
+    monkeypatch.setattr(gemm, "interleaved_samples", fake_samples_buffers)
     tf_o, tf_m, (q1, q2, q3) = gemm.bench_one(lambda x, w, out: calls.append(1) or _mm(x, w, out), 16, 32, 64, "cpu")
     flops = 2.0 * 16 * 32 * 64
     assert tf_o == pytest.approx(flops / 1e-3 / 1e12) and tf_m == pytest.approx(flops / 2e-3 / 1e12)
     assert (q1, q2, q3) == pytest.approx((2.0, 2.0, 2.0))
-    assert set(seen) == {"ours", "mm"} and len(calls) == 1  # ours' closures call our implementation, mm's do not
+    assert set(seen) == {"ours", "mm", "buffers"} and len(calls) == 1  # ours' closures call ours, mm's do not
+    # a small shape: every call of a graph on its own inputs (the working set past L2), the same ones for both
+    assert seen["buffers"] == {"ours": gemm.REPS, "mm": gemm.REPS}
 
 
 def test_the_row_shows_ours_over_mm_and_no_timing_for_a_failed_check(gemm):

@@ -146,3 +146,10 @@ def test_spread_is_the_inclusive_quartiles_and_the_median_of_any_count(n):
     assert (q1, q2, q3) == pytest.approx(statistics.quantiles(values, n=4, method="inclusive"))
     assert q2 == pytest.approx(statistics.median(values))
     assert _timing().spread([1.0, 3.0]) == pytest.approx((1.5, 2.0, 2.5))
+
+
+def test_a_sample_is_per_call_of_its_own_graph_whatever_the_other_graphs_hold():
+    t = _timing()
+    cuda = FakeCuda({"ours": 2.0, "mm": 3.0})
+    out = t.interleaved_samples(FakeTorch(cuda), {"ours": _calls(cuda, "ours", 2), "mm": _calls(cuda, "mm", 5)}, 2)
+    assert out["ours"] == pytest.approx([2e-3] * 2) and out["mm"] == pytest.approx([3e-3] * 2)

@@ -227,7 +227,7 @@ case "$*" in
   *find_spec*|*getsitepackages*|*compileall*) exit 0 ;;
 esac
 echo "argv=$*|O=${PYTHONOPTIMIZE-}|nvls=${NCCL_NVLS_ENABLE-}|mc=${TORCH_SYMM_MEM_DISABLE_MULTICAST-}|\
-nvshmem=${NVSHMEM_DISABLE_NVLS-}" >> "$FAKE_LOG"
+nvshmem=${NVSHMEM_DISABLE_NVLS-}|profile=${HYPOTHESIS_PROFILE-}" >> "$FAKE_LOG"
 [ -n "${FAKE_OUT:-}" ] && echo "$FAKE_OUT"
 case "$*" in
   *"-m ruff"*) exit "${FAKE_RUFF_RC:-0}" ;;
@@ -372,3 +372,21 @@ echo "$(basename "$0") ${NCCL_NVLS_ENABLE-} ${TORCH_SYMM_MEM_DISABLE_MULTICAST-}
     out = r.stdout + r.stderr + str(scripts) + str(calls)
     assert scripts == ["gpu-check 0 1 1"] + ["gate 0 1 1"] * 2, out  # verdicts, then the gate on each topology
     assert len(calls) == 2 and all(_multicast_off(c) for c in calls), out  # the GPU mutants, the byte boundaries
+
+
+@pytest.mark.parametrize("profile, want", [("", "ci"), ("nightly", "nightly")])
+def test_ci_fuzz_runs_the_caller_s_profile_ci_by_default(tmp_path, profile, want):
+    """The pipelines' nightly run sets HYPOTHESIS_PROFILE=nightly for ci/fuzz; unset, it is the ci profile."""
+    env = {"HYPOTHESIS_PROFILE": profile} if profile else {}
+    r, calls = _run_with_fake_python(tmp_path, [str(REPO / "ci/fuzz")], **env)
+    runs = [c for c in calls if " pytest " in f" {c['argv']} "]
+    assert r.returncode == 0 and [c["profile"] for c in runs] == [want], r.stdout + r.stderr + str(calls)
+
+
+def test_gpu_check_counts_the_async_tp_campaign_it_could_not_run(tmp_path):
+    """The async-TP probe failing: the probe is a failed step and the campaign it kept from running another (the
+    unaligned probe is a record, not a gate)."""
+    r, calls = _gpu_check(tmp_path, "asynctp", FAKE_RC="1")
+    out = r.stdout + r.stderr
+    assert "campaign not run" in r.stdout and r.returncode == 2, out
+    assert not any("fuzz.campaign" in c["argv"] for c in calls), calls
