@@ -367,7 +367,13 @@ echo "$(basename "$0") ${NCCL_NVLS_ENABLE-} ${TORCH_SYMM_MEM_DISABLE_MULTICAST-}
         _fake(root / script, record)
     log = tmp_path / "scripts.log"
     argv = ["bash", str(root / "bench/gpu_gate_evidence.sh"), str(tmp_path / "o")]
-    r, calls = _run_with_fake_python(tmp_path, argv, GATE_EVIDENCE_BUDGET="90", PHASE1_LIMIT="20", SCRIPT_LOG=str(log))
+    before = set(Path("/tmp").glob("gpu_gate_evidence.*"))
+    try:
+        r, calls = _run_with_fake_python(tmp_path, argv, GATE_EVIDENCE_BUDGET="90", PHASE1_LIMIT="20",
+                                         SCRIPT_LOG=str(log))
+    finally:  # the script's own log folder (mktemp under /tmp, whatever TMPDIR says)
+        for d in set(Path("/tmp").glob("gpu_gate_evidence.*")) - before:
+            shutil.rmtree(d, ignore_errors=True)
     scripts = log.read_text().splitlines() if log.exists() else []
     out = r.stdout + r.stderr + str(scripts) + str(calls)
     assert scripts == ["gpu-check 0 1 1"] + ["gate 0 1 1"] * 2, out  # verdicts, then the gate on each topology
