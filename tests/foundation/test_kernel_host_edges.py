@@ -41,23 +41,25 @@ def test_an_out_call_on_a_rank_with_no_valid_row_leaves_every_row_of_out():
     assert fresh.shape == (2, 16) and not fresh.view(torch.int16).any()  # +0.0 padding in a fresh result
 
 
+@pytest.mark.parametrize("M, bad_row", [(33, 10), (34, 33)])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
-def test_a_non_finite_row_leaves_its_neighbours_exact(value):
+def test_a_non_finite_row_leaves_its_neighbours_exact(value, M, bad_row):
     """torch 2.13's CPU bf16 ``mm`` returns NaN in a finite row next to a NaN / Inf row at some K (33 here;
     docs/NUMERICS.md section 10), so the unfused GEMM goes through fp32 where x holds a non-finite value: every other
     row equals the fp32 product rounded once to bf16, bit for bit (W = 1: the result is the GEMM). A GEMM left in bf16
-    there passed the fast tests and the CPU gate at W = 2, 3."""
+    there passed the fast tests and the CPU gate at W = 2, 3; so did a check for non-finite values that skips x's last
+    row (at M = 34 a NaN in row 33 makes row 32 NaN)."""
     g = torch.Generator().manual_seed(0)
-    M, N, K = 33, 16, 33
+    N, K = 16, 33
     x = torch.randn(M, K, generator=g).bfloat16()
     w = torch.randn(N, K, generator=g).bfloat16()
-    x[10, 3] = value
+    x[bad_row, 3] = value
     got = UnfusedGemmRs(max_M=64, N=N, K=K, device="cpu")(x, w)
     truth = (x.float() @ w.float().t()).bfloat16()
-    rows = [i for i in range(M) if i != 10]
+    rows = [i for i in range(M) if i != bad_row]
     assert bool(torch.isfinite(got[rows]).all()), "a finite row came back non-finite"
     assert torch.equal(got[rows].view(torch.int16), truth[rows].view(torch.int16))
-    assert torch.equal(torch.isnan(got[10]), torch.isnan(truth[10]))
+    assert torch.equal(torch.isnan(got[bad_row]), torch.isnan(truth[bad_row]))
 
 
 def test_a_cuda_device_is_capturable_only_on_nccl():
@@ -123,3 +125,17 @@ def test_the_typed_errors_keep_their_bases():
     assert issubclass(e.FusedPathUnavailable, e.UnsupportedConfigError)
     assert issubclass(e.SymmetricMemoryMismatch, e.GemmRsError) and issubclass(e.SymmetricMemoryMismatch, RuntimeError)
     assert not issubclass(e.UnsupportedConfigError, e.GemmRsInputError)  # a configuration is no bad call
+
+
+@pytest.mark.parametrize("shape", ["M, K, 1", "1, K, K"])
+def test_x_of_three_dimensions_is_a_shape_error_even_where_its_sizes_fit(shape):
+    """x must be 2-D (the bad-call table's ``x_3d`` is (1, M, K), which the K check rejects too unless M == K): an x
+    of (M, K, 1), or (1, M, K) with M == K, passes every size check a 2-D test does not make, and reached the GEMM,
+    whose own error is no typed one."""
+    from kernel.errors import ShapeError
+
+    N, K = 8, 16
+    w = torch.zeros(N, K, dtype=torch.bfloat16)
+    x = torch.zeros(5, K, 1, dtype=torch.bfloat16) if shape == "M, K, 1" else torch.zeros(1, K, K, dtype=torch.bfloat16)
+    with pytest.raises(ShapeError, match="x must be 2-D"):
+        UnfusedGemmRs(max_M=32, N=N, K=K)(x, w)
