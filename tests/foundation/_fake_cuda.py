@@ -54,9 +54,6 @@ class Stream:
     def wait_stream(self, other) -> None:  # every op already ran, in program order
         pass
 
-    def synchronize(self) -> None:
-        runtime().synchronize()
-
     def __repr__(self) -> str:
         return f"<fake stream {self.id}>"
 
@@ -76,9 +73,6 @@ class Graph:
         self.replays.append((rt.current_stream(), back_to_back))
         for call in self.calls:
             call(self)
-
-    def reset(self) -> None:
-        self.calls.clear()
 
 
 class Runtime:

@@ -83,9 +83,9 @@ def oracle_in_groups(rank: int, world_size: int, *, groups: list[list[int]], Ms:
     failures, rows = [], {}
     for M in Ms:
         where = f"oracle in group {members} M={M} seed={seed + index}"
-        x, w = all_rank_inputs(seed + index, M, N, K, G, "exact")[me]
-        y = reference_gemm_rs(x, w, group)
-        truth = shard_truth(all_rank_inputs(seed + index, M, N, K, G, "exact"), me, M)
+        inputs = all_rank_inputs(seed + index, M, N, K, G, "exact")
+        y = reference_gemm_rs(*inputs[me], group)
+        truth = shard_truth(inputs, me, M)
         if tuple(y.shape) != (shard_rows(M, G), N):
             failures.append(f"{where}: shape {tuple(y.shape)}, expected {(shard_rows(M, G), N)}")
             continue

@@ -11,7 +11,7 @@ from kernel import collectives
 from kernel.checks import valid_rows
 from kernel.interface import GemmRsImplementation
 from kernel.unfused import UnfusedGemmRs
-from oracle import shards
+from oracle import reference_gemm_rs, shards
 
 
 @pytest.mark.parametrize("W", [2, 3, 4, 5, 8, 16])
@@ -41,20 +41,26 @@ def test_an_out_call_on_a_rank_with_no_valid_row_leaves_every_row_of_out():
     assert fresh.shape == (2, 16) and not fresh.view(torch.int16).any()  # +0.0 padding in a fresh result
 
 
+GEMMS = {"unfused": lambda x, w: UnfusedGemmRs(max_M=64, N=w.shape[0], K=w.shape[1], device="cpu")(x, w),
+         "oracle": reference_gemm_rs}
+
+
+@pytest.mark.parametrize("gemm", sorted(GEMMS))
 @pytest.mark.parametrize("M, bad_row", [(33, 10), (34, 33)])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
-def test_a_non_finite_row_leaves_its_neighbours_exact(value, M, bad_row):
+def test_a_non_finite_row_leaves_its_neighbours_exact(value, M, bad_row, gemm):
     """torch 2.13's CPU bf16 ``mm`` returns NaN in a finite row next to a NaN / Inf row at some K (33 here;
-    docs/NUMERICS.md section 10), so the unfused GEMM goes through fp32 where x holds a non-finite value: every other
-    row equals the fp32 product rounded once to bf16, bit for bit (W = 1: the result is the GEMM). A GEMM left in bf16
-    there passed the fast tests and the CPU gate at W = 2, 3; so did a check for non-finite values that skips x's last
-    row (at M = 34 a NaN in row 33 makes row 32 NaN)."""
+    docs/NUMERICS.md section 10), so the unfused GEMM and the oracle go through fp32 where x holds a non-finite value:
+    every other row equals the fp32 product rounded once to bf16, bit for bit (W = 1: the result is the GEMM). A GEMM
+    left in bf16 there passed the fast tests and the CPU gate at W = 2, 3; so did a check for non-finite values that
+    skips x's last row (at M = 34 a NaN in row 33 makes row 32 NaN). An oracle left in bf16 there judges a right
+    implementation wrong -- or, NaN against NaN, a wrong one right."""
     g = torch.Generator().manual_seed(0)
     N, K = 16, 33
     x = torch.randn(M, K, generator=g).bfloat16()
     w = torch.randn(N, K, generator=g).bfloat16()
     x[bad_row, 3] = value
-    got = UnfusedGemmRs(max_M=64, N=N, K=K, device="cpu")(x, w)
+    got = GEMMS[gemm](x, w)
     truth = (x.float() @ w.float().t()).bfloat16()
     rows = [i for i in range(M) if i != bad_row]
     assert bool(torch.isfinite(got[rows]).all()), "a finite row came back non-finite"
