@@ -83,6 +83,12 @@ def _ratio(num, den) -> str:
     return f"{num / den:>6.2f}x" if num and den else f"{'n/a':>7}"
 
 
+def checked(row: dict) -> bool:
+    """Whether ``row``'s correctness check passed: only such a row's timings are shown, fed to the crossovers or
+    leave the exit status 0 (a row that carries no check, "FAIL" or anything else did not)."""
+    return row.get("check") == "ok"
+
+
 def render_table(rows: list[dict], shared: bool) -> str:
     """One line per M: the check, the times (us), the speedups of the fused kernels over torch mm + RS and
     async-TP, push and auto over the physical bound (>= 1; 1 is the bound), the GEMM core over torch.mm,
@@ -91,7 +97,7 @@ def render_table(rows: list[dict], shared: bool) -> str:
             + " | " + " ".join(f"{t:>9}" for t in RATIOS) + f" | {'core/mm':>7} | auto")
     lines = [head, "-" * len(head)]
     for r in rows:
-        ok = r["check"] == "ok"  # a failed check's row shows no time, whatever it carries (method 1)
+        ok = checked(r)  # a failed check's row shows no time, whatever it carries (method 1)
         times = " ".join(f"{'n/a':>9}" if shared or not ok or r.get(k) is None else f"{r[k] * 1e6:>9.1f}"
                          for k in TIMED)
         ratios = " ".join(f"{'n/a':>9}" if shared or not ok else f"{_ratio(r.get(a), r.get(b)):>9}"
@@ -160,7 +166,7 @@ def protocol_entry(rows: list[dict], N: int, K: int, W: int, machine: str, comma
     from kernel.fused.crossover import faster_protocol_by_m
 
     timings = {r["M"]: (r["fused_s"], r["push_s"]) for r in rows
-               if r["check"] == "ok" and r.get("fused_s") and r.get("push_s")}
+               if checked(r) and r.get("fused_s") and r.get("push_s")}
     if not timings:
         return None
     return {"N": N, "K": K, "W": W, "by_m": faster_protocol_by_m(timings), "measured": date.today().isoformat(),
@@ -176,7 +182,7 @@ def crossovers(rows: list[dict], N: int, K: int, W: int, machine: str, command: 
     out = []
     for key, protocol in (("fused_s", "pull"), ("push_s", "push")):
         timings = {r["M"]: (r[key], r["unfused_s"]) for r in rows
-                   if r["check"] == "ok" and r.get(key) and r.get("unfused_s")}
+                   if checked(r) and r.get(key) and r.get("unfused_s")}
         if timings:
             out.append({"N": N, "K": K, "W": W, "protocol": protocol, "min_m": crossover_from_timings(timings),
                         "measured": date.today().isoformat(), "machine": machine, "command": command})
@@ -201,7 +207,7 @@ def bound_seconds(mm_s: float, M: int, N: int, W: int, nvlink_gbs: float) -> tup
 def exit_status(rows: list[dict]) -> int:
     """1 when any M's correctness check failed (its timing not taken), else 0: a benchmark of a wrong kernel is no
     pass (ci/gpu-check's bench steps count this status)."""
-    return 1 if any(r["check"] != "ok" for r in rows) else 0
+    return 1 if not all(checked(r) for r in rows) else 0
 
 
 def measure_nvlink_gbs(torch, dist, group, dev, ctrl) -> float:

@@ -12,7 +12,8 @@
 # phase 2, at once, with what is left: the ci-profile gate of `fused` with every family the default strategies
 #   draw (layouts, instances, streams, deep graphs, dispatch, tails, views, bias, batch invariance) on
 #   shared-gpu W = 2, 4, 8 and on multi-gpu W = 2; their progress lines give verified cases/min.
-# OUT_DIR receives summary.txt and evidence.tar.gz (every log and report). Multicast off throughout.
+# OUT_DIR receives summary.txt and evidence.tar.gz (every log and report). Multicast off throughout. Exit status
+# 0 only where every step returned 0.
 set -uo pipefail
 out=${1:?usage: bench/gpu_gate_evidence.sh OUT_DIR}
 mkdir -p "$out"
@@ -88,4 +89,14 @@ wait
   done
 } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
-tar -czf "$out/evidence.tar.gz" -C "$logs" . 2>/dev/null
+tar -czf "$out/evidence.tar.gz" -C "$logs" . 2>/dev/null || echo "gpu_gate_evidence: the archive could not be written"
+# the exit status is the steps': 0 only where every step ran and returned 0 (an rc the step did not leave is a failure)
+failed=""
+for name in verdicts gpumutants bytes gate-shared-gpu gate-multi-gpu; do
+  [ "$(cat "$logs/$name.rc" 2>/dev/null)" = 0 ] || failed="$failed $name"
+done
+if [ -n "$failed" ]; then
+  echo "gpu_gate_evidence: FAIL (rc not 0:$failed)"
+  exit 1
+fi
+echo "gpu_gate_evidence: every step returned 0"

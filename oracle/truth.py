@@ -106,7 +106,7 @@ def _accumulate(rows, y, ap, aq, device) -> None:
         # threaded in a rank), then moves four times the bytes
         xs = xs.to(device=device).to(torch.float64)
         wd = w.to(device=device).to(torch.float64)
-        p = xs @ wd.T
+        p = xs @ wd.T  # the one (rows x N) temporary, reused: W = 16 ranks share one GPU's memory
         y += p
-        ap += p.abs()
-        aq += xs.abs() @ wd.abs().T
+        ap += p.abs_()
+        aq += torch.mm(xs.abs(), wd.abs().T, out=p)

@@ -353,7 +353,10 @@ def test_gpu_check_gate_steps_run_the_campaign_under_O(tmp_path):
 
 # --- bench/gpu_gate_evidence.sh (its ci/ commands faked) -------------------------------------------------------------
 
-def test_gpu_gate_evidence_keeps_multicast_off_in_every_child(tmp_path):
+@pytest.mark.parametrize("failing", [None, "ci/gate", "ci/gpu-check", "python"])
+def test_gpu_gate_evidence_keeps_multicast_off_in_every_child(tmp_path, failing):
+    """Every child keeps multicast off; the script's exit status is 0 only where every step's was (``failing``:
+    the step faked to return 1; "python": the GPU mutants and the byte boundaries)."""
     root = tmp_path / "repo"
     for d in ("bench", "ci"):
         (root / d).mkdir(parents=True)
@@ -364,13 +367,13 @@ echo "$(basename "$0") ${NCCL_NVLS_ENABLE-} ${TORCH_SYMM_MEM_DISABLE_MULTICAST-}
   >> "$SCRIPT_LOG"
 """
     for script in ("ci/gpu-check", "ci/gate"):
-        _fake(root / script, record)
+        _fake(root / script, record + ("exit 1\n" if script == failing else ""))
     log = tmp_path / "scripts.log"
     argv = ["bash", str(root / "bench/gpu_gate_evidence.sh"), str(tmp_path / "o")]
     before = set(Path("/tmp").glob("gpu_gate_evidence.*"))
     try:
         r, calls = _run_with_fake_python(tmp_path, argv, GATE_EVIDENCE_BUDGET="90", PHASE1_LIMIT="20",
-                                         SCRIPT_LOG=str(log))
+                                         SCRIPT_LOG=str(log), FAKE_RC="1" if failing == "python" else "0")
     finally:  # the script's own log folder (mktemp under /tmp, whatever TMPDIR says)
         for d in set(Path("/tmp").glob("gpu_gate_evidence.*")) - before:
             shutil.rmtree(d, ignore_errors=True)
@@ -378,6 +381,8 @@ echo "$(basename "$0") ${NCCL_NVLS_ENABLE-} ${TORCH_SYMM_MEM_DISABLE_MULTICAST-}
     out = r.stdout + r.stderr + str(scripts) + str(calls)
     assert scripts == ["gpu-check 0 1 1"] + ["gate 0 1 1"] * 2, out  # verdicts, then the gate on each topology
     assert len(calls) == 2 and all(_multicast_off(c) for c in calls), out  # the GPU mutants, the byte boundaries
+    assert (r.returncode == 0) == (failing is None), out
+    assert ("gpu_gate_evidence: FAIL" in r.stdout) == (failing is not None), out
 
 
 @pytest.mark.parametrize("profile, want", [("", "ci"), ("nightly", "nightly")])

@@ -106,13 +106,23 @@ def test_gate_matrix_per_host(monkeypatch):
     monkeypatch.setattr(fc, "_has_hopper", lambda: True)
     monkeypatch.setattr(fc, "gpu_count", lambda: 8)
     monkeypatch.setattr(fc, "_BUDGETS", {0: 25})  # an H200: 25 ranks of 5.5 GiB
+    monkeypatch.setattr(fc, "_OVER_BUDGET", {})
     combos = fc.gate_matrix(Cfg())
     assert ("fused", "cpu", 2) not in combos  # the fused kernel needs a GPU
     assert {("fused", "shared-gpu", w) for w in (1, 2, 4, 8, 16)} <= set(combos)  # W = 16 where 16 ranks fit
     assert {("fused", "multi-gpu", w) for w in (2, 4, 8)} <= set(combos)
     assert ("fused", "multi-gpu", 1) not in combos and ("fused", "multi-gpu", 16) not in combos  # 8 GPUs
+    assert not fc._OVER_BUDGET
     monkeypatch.setattr(fc, "_BUDGETS", {0: 14})  # an 80 GB GPU: 16 ranks do not fit
-    assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "shared-gpu"} == {1, 2, 4, 8}
+    # W = 16 stays in the matrix: each of its tests is a skip with the reason (the summary lists it), not left out
+    assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "shared-gpu"} == {1, 2, 4, 8, 16}
+    with pytest.raises(pytest.skip.Exception, match=r"shared-gpu W=16 not gated on this host: GPU 0 holds 14 ranks"
+                                                    r".* at least 88 GiB"):
+        fc.get_pool("fused", "shared-gpu", 16)
+    assert set(fc._OVER_BUDGET) == {("fused", "shared-gpu", 16), ("unfused", "shared-gpu", 16)}
+    # named in --world-sizes, W = 16 is tried here
+    assert fc.gate_matrix(Cfg(**{"--impl": "fused", "--topology": "shared-gpu", "--world-sizes": "16"})) == [
+        ("fused", "shared-gpu", 16)] and not fc._OVER_BUDGET
     monkeypatch.setattr(fc, "gpu_count", lambda: 2)
     assert {w for i, t, w in fc.gate_matrix(Cfg()) if t == "multi-gpu"} == {2}
     assert fc.gate_matrix(Cfg(**{"--impl": "unfused", "--topology": "cpu", "--world-sizes": "2,3"})) == [
