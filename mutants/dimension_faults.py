@@ -204,6 +204,26 @@ class FusedSideStreamLeftCurrent(_WrapperFault):
         super()._launch(x, w, out, M)
 
 
+class FusedScratchPerMOutsidePython(_WrapperFault):
+    """Memory kept per M where no Python tensor holds it: at each new M the wrapper takes a scratch block straight
+    from the caching allocator (``torch.cuda.caching_allocator_alloc``, as a C++ extension's per-shape plan cache
+    does) and keeps only its address, never freed. Values are right; every new M leaves a block behind that no live
+    tensor shows, so only the allocator's own count (``memory_bounded``'s ``device_grown``) can see it."""
+
+    name = "fused-wrapper-scratch-per-m-outside-python"
+    SCRATCH_BYTES_PER_ROW = 256
+
+    def __init__(self, group=None, **kwargs):
+        super().__init__(group, **kwargs)
+        self._scratch: dict[int, int] = {}
+
+    def _launch(self, x, w, out, M):
+        if M not in self._scratch and not torch.cuda.is_current_stream_capturing():
+            self._scratch[M] = torch.cuda.caching_allocator_alloc(  # the bug: kept per M, never freed
+                M * self.SCRATCH_BYTES_PER_ROW, self.device, torch.cuda.current_stream(self.device))
+        super()._launch(x, w, out, M)
+
+
 @dataclass(frozen=True)
 class WrapperMutantSpec:
     """One row of the GPU kill matrix for a wrapper-level mutant (same fields :mod:`mutants.meta` reads of
@@ -242,6 +262,8 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
                       ("kernel_paths_agree_across_ranks", "call_raised", "hang", "died")),
     WrapperMutantSpec("FusedSideStreamLeftCurrent", "the wrapper's stream left current after the call",
                       ("ambient_state_kept", "call_raised"), tests=("test_compute",)),
+    WrapperMutantSpec("FusedScratchPerMOutsidePython", "memory kept per M where no Python tensor holds it",
+                      ("memory_bounded",), tests=("test_layers",)),
 )
 
 

@@ -21,7 +21,8 @@ once more. Checks:
 * ``should_run_stable``: each instance's ``should_run`` answers at probed M (1, max_M and both sides of
   its crossover), taken when it was built (instance 0: when the case began), are the same at the end;
 * ``memory_bounded`` (:func:`memory_probe`): instance 0, called once at M = min(max_M, 256), then at three
-  smaller M and at that M again (results dropped), holds no more live tensor memory than after the first call;
+  smaller M and at that M again (results dropped), holds no more live tensor memory than after the first call,
+  and on CUDA the caching allocator hands out no more bytes (blocks no Python tensor holds);
 * ``released_on_close`` (:func:`close_released`): each of the case's own instances, closed (at a re-creation, and
   all of them at the end, in the order they were built) and dropped, leaves none of its state tensors alive.
 """
@@ -180,12 +181,12 @@ def memory_probe(ctx: RankContext, inst: Live) -> CheckResult:
         y = inst.impl(x[:M], w)
         del y
     ctx.sync()
-    check = memory_bounded(before, live_tensors(), rank=ctx.rank,
+    after, device_after = live_tensors(), _device_bytes(ctx.device)
+    check = memory_bounded(before, after, rank=ctx.rank,
                            during=f"calls of {inst.label} (N={c.N}, K={c.K}, max_M={c.max_M}) at M = "
-                                  f"{', '.join(map(str, ms))} after one at M = {top}")
+                                  f"{', '.join(map(str, ms))} after one at M = {top}",
+                           device_grown=None if device_before is None else device_after - device_before)
     check.extra.update(call=f"{inst.label}.memory_probe", M=[top, *ms])
-    if device_before is not None:  # reported, not judged: the caching allocator's view, C++-held blocks included
-        check.extra["device_bytes_grown"] = _device_bytes(ctx.device) - device_before
     return check
 
 

@@ -50,6 +50,25 @@ def test_a_slack_lets_that_much_through_and_not_a_byte_more():
     assert not memory_bounded(before, after, during="x", slack_bytes=15).passed
 
 
+def test_device_memory_no_python_tensor_holds_fails_at_the_same_slack():
+    """On CUDA the probe also passes what the caching allocator handed out more: a block a C++-side cache keeps
+    (no Python tensor grew) fails the check; none, or within the slack, passes; off CUDA (None) nothing is said."""
+    HELD.clear()
+    before = live_tensors()
+    after = live_tensors()
+    leak = memory_bounded(before, after, during="calls", rank=1, device_grown=512)
+    assert not leak.passed and leak.n_wrong == 1 and leak.extra["device_bytes_grown"] == 512
+    assert "caching allocator handed out 512 bytes more after calls" in leak.detail
+    assert "live Python tensors grew +0 bytes" in leak.detail
+    ok = memory_bounded(before, after, during="calls", device_grown=0)
+    assert ok.passed and "device allocator +0 bytes" in ok.detail
+    assert memory_bounded(before, after, during="calls", device_grown=-4096).passed  # a cache trimmed
+    assert memory_bounded(before, after, during="x", slack_bytes=512, device_grown=512).passed
+    assert not memory_bounded(before, after, during="x", slack_bytes=511, device_grown=512).passed
+    off = memory_bounded(before, after, during="calls")
+    assert off.passed and "device_bytes_grown" not in off.extra and "device allocator" not in off.detail
+
+
 INSTANCES = Case("instances", 5, 64, 64, 8192, [300, 5, 129, 1000], "exact", "guarded", repeat=1,
                  shapes=[[128, 128, 512]], order=[0, 1, 0, 1], recreate=None)
 
