@@ -208,8 +208,11 @@ def test_a_test_that_failed_before_any_case_is_listed_with_pytest_s_reason(tmp_p
     assert "--impl fused cannot be gated here: needs a GPU" in (tmp_path / "summary.md").read_text()
 
 
-@pytest.mark.parametrize("rc, rows", [(1, [_row()]), (0, [])])
+@pytest.mark.parametrize("rc, rows", [(1, [_row()]), (0, []), (2, [_row()]), (3, [_row()]), (4, [_row()]),
+                                      (5, [_row()])])
 def test_pytest_failure_or_no_cases_is_fail(tmp_path, rc, rows):
+    """Only pytest's exit 0 can pass: 2 (interrupted: a KeyboardInterrupt mid-run, the cases so far all passed),
+    3 (internal error), 4 (usage), 5 (no tests) fail whatever the recorded cases say."""
     _write(tmp_path, rows)
     assert summarise(str(tmp_path), pytest_rc=rc, seconds=1.0, profile="ci")["verdict"] == "FAIL"
 
@@ -597,3 +600,13 @@ def test_the_case_record_keeps_every_ranks_stacks_of_a_hang():
               1: 'Thread 0x2 (most recent call first):\n  File "/r/b.py", line 9 in reduce_scatter\n'}
     row = _record_of("hang", {0: {"checks": []}}, stacks=stacks, note="no result from rank(s) [1]")
     assert row["stacks"] == {"0": stacks[0], "1": stacks[1]}
+
+
+def test_an_unreadable_junit_xml_fails_the_gate(tmp_path):
+    """junit.xml is where the report learns of a test that failed before any case: unreadable, that is unknown, so
+    every case passed and pytest's exit 0 are not enough -- FAIL, with the reason listed."""
+    _write(tmp_path, [_row()])
+    (tmp_path / "junit.xml").write_text("<testsuites><testsuite name=")
+    s = summarise(str(tmp_path), pytest_rc=0, seconds=1.0, profile="ci")
+    assert s["verdict"] == "FAIL"
+    assert s["test_failures"] == [{"test": "junit.xml", "kind": "error", "message": "junit.xml unreadable"}]

@@ -77,3 +77,22 @@ def test_the_stacks_name_every_rank_of_the_node_a_dead_one_saying_it_gave_none(t
     out = node.read_stacks([0])
     assert set(out) == {0, 1}, out
     assert "stuck_here" in out[0] and "no stack" in out[1], out
+
+
+def test_the_coverage_plot_paints_a_failure_red_and_a_pass_green(tmp_path):
+    """The PNG itself: a cell with a failing case red (#e53935), one with only passing cases green (#4caf50)."""
+    import matplotlib.image
+
+    from fuzz.plot import plot_coverage
+
+    def has(img, rgb):
+        target = [c / 255 for c in rgb]
+        return any(all(abs(px[i] - target[i]) < 0.02 for i in range(3)) for row in img for px in row)
+
+    for rows, red in (([_row(Status.PASSED.value, 5), _row(Status.FAILED.value, 300)], True),
+                      ([_row(Status.PASSED.value, 5), _row(Status.PASSED.value, 300)], False)):
+        path = tmp_path / f"coverage-{red}.png"
+        assert plot_coverage(rows, str(path)) is None
+        img = matplotlib.image.imread(str(path))
+        assert has(img, (0x4C, 0xAF, 0x50))
+        assert has(img, (0xE5, 0x39, 0x35)) == red

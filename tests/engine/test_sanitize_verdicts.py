@@ -137,3 +137,26 @@ def test_no_compute_sanitizer_on_path_is_not_clean(tmp_path, monkeypatch, capsys
         assert rc != 0 and "compute-sanitizer is not on PATH" in out, out
         assert "CLEAN" not in out.replace("NOT CLEAN", "")
 
+
+
+def test_paths_asked_for_that_the_implementation_does_not_declare_are_no_clean_run(fake_pools, capsys):
+    """``--paths split`` on an implementation with no such kernel path ran nothing asked for: exit 2 before any pool,
+    never a skipped pool and an exit 0 from the verdicts of no pool at all."""
+    _, sums, started = fake_pools
+    sums[2] = {"sanitizer-1.log": 0, "sanitizer-2.log": 0}
+    for paths in ("split", "cluster"):
+        rc, out = _run(["--world-sizes", "2", "--paths", paths, "--paths-only"], capsys)
+        assert rc == 2 and f"--paths {paths}: unfused declares no such kernel path at W=2" in out, out
+        assert not started and "CLEAN" not in out
+
+
+def test_a_failed_case_is_not_clean_even_with_every_sanitizer_at_0_errors(fake_pools, capsys, monkeypatch):
+    """Every case ran (no cut, none skipped), each rank's sanitizer reported 0 errors, but a case FAILED (a wrong
+    result, not the host): NOT CLEAN, exit 1 -- the verdict needs every case passed, not only the sanitizer's word."""
+    status, sums, _ = fake_pools
+    status[0] = Status.FAILED
+    sums[2] = {"sanitizer-1.log": 0, "sanitizer-2.log": 0}
+    monkeypatch.setattr(sanitize, "unbuildable", lambda report: False)
+    rc, out = _run(["--world-sizes", "2"], capsys)
+    assert rc == 1 and "(unfused, shared-gpu, W=2): NOT CLEAN" in out, out
+    assert "CUT" not in out and ": CLEAN" not in out
