@@ -396,6 +396,22 @@ def test_split_parts_refuse_a_launch_past_their_capacity():
     assert parts.parts is None
 
 
+
+@pytest.mark.parametrize("units", [1, 4, 37])
+def test_split_parts_hold_a_part_word_and_a_slice_word_per_unit(units):
+    """The split-K kernel raises unit u's part word at ``ready[u]`` and (W > 1) its slice word at ``ready[units + u]``
+    (``slice_flags = part_flags + split_units * 4``, gemm_rs.py): the ready words are 2 x units, all zero at first; one
+    word a unit would put every slice word of the second half past the tensor, into whatever the allocator put next."""
+    import torch
+
+    from kernel.fused.workspace import SplitParts
+
+    for own_flags in (True, False):
+        parts = SplitParts(units * 1024, units, torch.device("cpu"), own_flags=own_flags)
+        assert parts.ready.dtype == torch.int32 and parts.ready.numel() == 2 * units
+        assert int(parts.ready.abs().sum()) == 0
+        parts.close()
+
 def test_push_configs_have_the_deep_epilogue_ring_and_fit_in_shared_memory():
     pytest.importorskip("cutlass")
     from kernel.fused.config import PUSH_EPI_STAGES, SMEM_CAPACITY_SM90

@@ -151,3 +151,68 @@ def test_the_traced_order_is_the_checked_order(tmp_path):
         assert rows == expect, (W, T, G, lead)
         checked += len(rows)
     assert checked == 2 * (5 + 40 + 3) + 4 * (9 + 4) + 16 * 3
+
+
+_TRACE_OWNERS = r"""
+import os, sys
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+import cutlass.cute as cute
+from cutlass import Int32
+from kernel.fused.gemm_rs_push import HopperGemmRsPushBF16
+from kernel.fused.tiles import kernel_configs
+
+def dump_for(W):
+    kern = HopperGemmRsPushBF16(512, 256, kernel_configs("push", 132)[0], W)
+
+    @cute.jit
+    def dump(rank: Int32, mt: Int32, gdim: Int32):
+        kern.bind_shape(Int32(512), Int32(256))
+        total = W * mt * kern.num_n_tiles
+        schedule = (Int32(0), mt, rank, None, None, gdim, total)
+        slot = Int32(0)
+        while slot < total:
+            owner, j, n = kern.push_tile_coord(slot, schedule)
+            cute.printf("%d %d %d %d", slot, owner, j, n)
+            slot += 1
+    return dump
+
+for W in (2, 4):
+    fn = cute.compile(dump_for(W), Int32(0), Int32(1), Int32(1), options="--gpu-arch sm_90a")
+    for rank in range(W):
+        print(f"case {W} {rank} {kernel_configs('push', 132)[0].tile_n}", flush=True)
+        fn(Int32(rank), Int32(3), Int32(5))
+        sys.stdout.flush()
+"""
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
+def test_the_kernel_pushes_step_s_to_rank_plus_one_plus_s_and_keeps_step_w_minus_1(tmp_path):
+    """``push_tile_coord`` as traced (host-evaluated): the tile at slot ``s`` goes to owner ``(rank + 1 + step) % W``
+    (``step`` of the checked order): step W-1 is the rank's own tile, so every own tile comes after the pushes of its
+    round (the deadlock-freedom argument above), and each owner gets each of its shard's tiles once. An owner off by
+    one (``rank + step``) swaps own tiles and pushes: a bijection still, in the order the argument excludes."""
+    script = tmp_path / "trace_push_owners.py"
+    script.write_text(_TRACE_OWNERS)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got, case = {}, None
+    for line in res.stdout.splitlines():
+        if line.startswith("case"):
+            case = tuple(int(v) for v in line.split()[1:])
+            got[case] = []
+        else:
+            got[case].append(tuple(int(v) for v in line.split()))
+    assert sorted((W, rank) for W, rank, _ in got) == [(2, 0), (2, 1)] + [(4, r) for r in range(4)]
+    mt, grid = 3, 5
+    for (W, rank, tile_n), rows in got.items():
+        per_shard = mt * -(-512 // tile_n)
+        assert [row[0] for row in rows] == list(range(W * per_shard))
+        for slot, owner, _, _ in rows:
+            step, _ = tile_at(slot_position(slot, grid, W * per_shard, True), per_shard, W, grid)
+            assert owner == (rank + 1 + step) % W, (W, rank, slot)
+        for o in range(W):
+            tiles = sorted((j, n) for _, owner, j, n in rows if owner == o)
+            assert len(tiles) == len(set(tiles)) == per_shard, (W, rank, o)
