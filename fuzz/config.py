@@ -52,8 +52,9 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("impl", None, "implementations to gate: registered names or module:Class", "comma list",
             aliases=("--impls", "--only")),
-    Setting("world_sizes", None, "world sizes W (default: 1,2,3,4,8 on cpu; 1,2,4,8,16 on a GPU, 16 where "
-            "its memory holds 16 ranks; multiples of --nnodes across nodes)", "comma list", aliases=("--world-size",)),
+    Setting("world_sizes", None, "world sizes W (default: 1,2,3,4,8 on cpu; 1,2,4,8,16 on a GPU; where its "
+            "memory does not hold 16 ranks (an 80 GB card) each W = 16 test is a skip that says so in the summary; "
+            "multiples of --nnodes across nodes)", "comma list", aliases=("--world-size",)),
     Setting("topology", None, "where ranks run: cpu, shared-gpu, multi-gpu (default: all the host supports)",
             "comma list", env_aliases=("GEMM_RS_TOPOLOGIES",)),
     Setting("profile", "ci", "how hard to look: smoke (4 examples per test), ci (derandomized), nightly "
