@@ -35,8 +35,9 @@ compute   for each M of ``ms`` in order, on one long-lived implementation instan
           7 repeatable        (``repeat`` calls at ms[0] give identical bits)
           8 fresh_per_call    (len(ms) > 1: each result == a fresh instance's first call at that M)
           9 inputs_changed_in_place (after the calls at ms[0]: new values written into the same x and w
-                              tensors, one more call: within tolerance of the new truth, bitwise in
-                              exact mode — a result or staging keyed by data pointer shows here)
+                              tensors past their version counters, one more call: within tolerance of
+                              the new truth, bitwise in exact mode — a result or staging keyed by data
+                              pointer, or by pointer and ``_version``, shows here)
          10 no_systematic_bias (each call's shard: the mean signed error and the mean error along the sign
                               of the truth are consistent with round-to-nearest; skipped with the reason
                               where nothing is rounded or too few elements are, docs/NUMERICS.md)

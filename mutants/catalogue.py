@@ -26,6 +26,7 @@ from kernel.checks import check_m_in_range, check_operands, overlaps
 from kernel.errors import ShapeError
 from kernel.interface import Eligibility, KernelPath
 from kernel.unfused import UnfusedGemmRs
+from mutants import peer_styles
 
 # --- shared pieces ---------------------------------------------------------------------------------
 
@@ -1301,6 +1302,18 @@ class KBelowOneStepSkipped(UnfusedGemmRs):
         return super()._gemm(x, w, partials)
 
 
+# --- peer-style implementations (2026-12-06 audit: mutants/peer_styles.py) ---------------------------------------
+# Written the way other projects write GEMM-RS; those the gate let through are rows of the matrix, defined here (each
+# matrix class lives in this module) as the peer module's class under the same name.
+
+
+class PeerResultCacheByPtrVersion(peer_styles.PeerResultCacheByPtrVersion):
+    """A memoised forward keyed by ``(x.data_ptr(), x._version, w.data_ptr(), w._version, M)``: stale where new
+    values reach the same memory without a version bump (a Triton / C++ kernel or a receive writing through the
+    pointer, a freed input's memory handed to the next). PASSED the smoke gate before the in-place check wrote
+    past the version counters (:class:`mutants.peer_styles.PeerResultCacheByPtrVersion`)."""
+
+
 # --- the matrix --------------------------------------------------------------------------------------------
 
 
@@ -1435,6 +1448,9 @@ CATALOGUE: tuple[MutantSpec, ...] = (
     MutantSpec("SlotCounterBeforeCheck", (2,), ("within_tolerance", "bitwise_equal"), tests=("test_bad_call",)),
     MutantSpec("OutPointerRoundedTo32", (2,), ("guard_regions_untouched", "within_tolerance", "bitwise_equal",
                                                "padded_rows_untouched")),
+    # peer-style audit (2026-12-06): a result cache keyed by pointer and version counter, stale past a write that
+    # does not bump the version (inputs_changed_in_place writes through .data)
+    MutantSpec("PeerResultCacheByPtrVersion", (2,), ("inputs_changed_in_place",)),
 )
 
 #: Names loadable by ``--impl mutants.catalogue:NAME`` that are engine fixtures, not matrix rows.

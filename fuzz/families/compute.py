@@ -152,11 +152,18 @@ def batch_invariance(ctx: RankContext, impl, case: Case, y_a, w, M_a: int, seed:
 def inputs_changed_in_place(ctx: RankContext, impl, case: Case, x, w, M: int, seed: int, kind: str) -> CheckResult:
     """Property 9: the same x and w tensors (same data pointers, same shapes) get new values in place,
     then one more call; its result must follow the new values (an implementation that stages inputs or
-    caches results keyed by pointer — host state a graph replay would not reproduce — fails)."""
+    caches results keyed by pointer — host state a graph replay would not reproduce — fails).
+
+    The values are written through ``.data`` -- the tensors' version counters (``_version``) do not move, as after
+    a write by a Triton or C++ kernel through the pointer, a receive into the buffer, or a freed input's memory
+    handed to the next one: a cache keyed by ``(data_ptr, _version)`` ("an in-place update bumps the version, so a
+    hit is always fresh") returns its stale entry here (peer-style audit, 2026-12-06: mutants
+    ``PeerResultCacheByPtrVersion``, ``PeerWeightCacheByPtrVersion``). A ``copy_`` that moves the counter is the
+    weaker case: every cache it makes miss, this one does too."""
     r, W = ctx.rank, ctx.world_size
     n_valid, row0 = valid_rows(M, W, r), r * shard_rows(M, W)
-    x.copy_(ctx.x(case, seed, M, kind))
-    w.copy_(ctx.w(case, seed, kind))
+    x.data.copy_(ctx.x(case, seed, M, kind))
+    w.data.copy_(ctx.w(case, seed, kind))
     out = sentinel_like((shard_rows(M, W), case.N), device=ctx.device) if case.out == "guarded" else None
     y = ctx.call(impl, x, w, out, tag="inplace")
     ctx.sync()

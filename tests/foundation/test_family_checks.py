@@ -4,11 +4,12 @@ and a failure that says what it was about."""
 
 from __future__ import annotations
 
+import pytest
 from _in_process import failed_checks, run_on_one_cpu_rank
 
 from fuzz.case import Case
 from kernel.unfused import UnfusedGemmRs
-from mutants import catalogue
+from mutants import catalogue, peer_styles
 
 BASE = dict(seed=11, N=64, K=64, max_M=512)
 
@@ -224,3 +225,33 @@ def test_the_instances_family_calls_the_instances_again_back_to_back(monkeypatch
     failed = failed_checks(checks)
     assert {c.extra.get("call") for c in failed} == set(tags[1:]), [c.render() for c in failed]
     assert {c.name for c in failed} >= {"within_tolerance", "bitwise_equal"}
+
+
+@pytest.mark.parametrize("impl", [catalogue.PeerResultCacheByPtrVersion, peer_styles.PeerWeightCacheByPtrVersion])
+def test_a_cache_keyed_by_pointer_and_version_fails_inputs_changed_in_place(impl):
+    # the in-place values are written past the tensors' version counters (as a Triton kernel or a receive writes):
+    # a (data_ptr, _version) key still matches and the stale entry comes back (peer-style audit, 2026-12-06)
+    for kind in ("exact", "gaussian"):
+        checks = run_on_one_cpu_rank(impl, Case("compute", ms=[5], kind=kind, **BASE))
+        (failed,) = failed_checks(checks, "inputs_changed_in_place")
+        assert "the result did not follow them" in failed.detail, failed.detail
+        assert not [c for c in checks if not c.passed and not c.skipped and c.name != "inputs_changed_in_place"]
+
+
+def test_the_in_place_write_keeps_the_version_counters():
+    # the weaker write (x.copy_, which moves x._version) misses a version-keyed cache: the family must not use it
+    from fuzz.families import compute
+
+    seen = {}
+
+    class _Recorder(UnfusedGemmRs):
+        name = "test-version-recorder"
+
+        def _run(self, x, w, out, M):
+            seen.setdefault("versions", []).append((x._version, w._version))
+            return super()._run(x, w, out, M)
+
+    checks = run_on_one_cpu_rank(_Recorder, Case("compute", ms=[5], kind="exact", repeat=1, **BASE))
+    assert [c.extra["call"] for c in checks if c.name == "path_taken"] == ["call0", "inplace"]
+    assert seen["versions"][0] == seen["versions"][1], "the in-place values moved x's or w's _version"
+    assert "_version" in (compute.inputs_changed_in_place.__doc__ or "")
