@@ -125,23 +125,29 @@ for W, cases in ((2, ((5, 3, 3), (40, 7, 7), (3, 6, 6))), (4, ((9, 5, 5), (4, 16
 """
 
 
-@pytest.mark.kernel
-@pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
-def test_the_traced_order_is_the_checked_order(tmp_path):
-    """The kernel's arithmetic (Int32 //, %, select; run as host code by CuTe DSL) equals the Python one."""
-    script = tmp_path / "trace_push_order.py"  # CuTe DSL compiles functions whose source file it can read
-    script.write_text(_TRACE)
+def _traced(script, source: str) -> dict[tuple, list[tuple]]:
+    """``source`` written to ``script`` (CuTe DSL compiles functions whose source file it can read) and run: its
+    ``case a b ...`` lines, each with the integer rows printed after it."""
+    script.write_text(source)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    got, case, checked = {}, None, 0
+    got, case = {}, None
     for line in res.stdout.splitlines():
         if line.startswith("case"):
             case = tuple(int(v) for v in line.split()[1:])
             got[case] = []
         else:
             got[case].append(tuple(int(v) for v in line.split()))
+    return got
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(not cutlass_available(), reason="nvidia-cutlass-dsl is not installed")
+def test_the_traced_order_is_the_checked_order(tmp_path):
+    """The kernel's arithmetic (Int32 //, %, select; run as host code by CuTe DSL) equals the Python one."""
+    got, checked = _traced(tmp_path / "trace_push_order.py", _TRACE), 0
     assert len(got) == 6
     for (W, T, G, lead), rows in got.items():
         expect = []
@@ -192,19 +198,7 @@ def test_the_kernel_pushes_step_s_to_rank_plus_one_plus_s_and_keeps_step_w_minus
     (``step`` of the checked order): step W-1 is the rank's own tile, so every own tile comes after the pushes of its
     round (the deadlock-freedom argument above), and each owner gets each of its shard's tiles once. An owner off by
     one (``rank + step``) swaps own tiles and pushes: a bijection still, in the order the argument excludes."""
-    script = tmp_path / "trace_push_owners.py"
-    script.write_text(_TRACE_OWNERS)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    got, case = {}, None
-    for line in res.stdout.splitlines():
-        if line.startswith("case"):
-            case = tuple(int(v) for v in line.split()[1:])
-            got[case] = []
-        else:
-            got[case].append(tuple(int(v) for v in line.split()))
+    got = _traced(tmp_path / "trace_push_owners.py", _TRACE_OWNERS)
     assert sorted((W, rank) for W, rank, _ in got) == [(2, 0), (2, 1)] + [(4, r) for r in range(4)]
     mt, grid = 3, 5
     for (W, rank, tile_n), rows in got.items():

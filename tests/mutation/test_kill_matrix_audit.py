@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -20,11 +17,11 @@ from mutants import meta
 from tests.mutation.test_kill_matrix import FINE, RIGHT, _outcome
 from tests.mutation.test_kill_matrix_verdicts import (  # noqa: F401 -- isolated_main: a fixture
     CORRECT,
-    PLUGIN_TESTS,
     _at,
     _o,
     _Started,
     isolated_main,
+    run_plugin_tests,
 )
 
 
@@ -65,21 +62,9 @@ def test_the_kill_rate_counts_kills_only():
 def test_a_setup_failure_stops_its_combination(tmp_path):
     """The plugin's point 2 for a failure outside the call: a test whose setup failed (a pool that did not start)
     stops its combination like a caught case, so a later test cannot turn that harness failure into a kill."""
-    (tmp_path / "test_gated.py").write_text(PLUGIN_TESTS)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    report = tmp_path / "report"
-    report.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in meta._SCRUB and not k.startswith("PYTEST_")}
-    env.update({"PYTHONPATH": meta.REPO, config.BY_NAME["report_dir"].env: str(report),
-                config.BY_NAME["hypothesis_db"].env: "none", "HYPOTHESIS_PROFILE": "ci",
-                config.KILL_ORDER_ENV: json.dumps({"unfused": ["test_layers"]})})  # the failing setup first
-    env.pop("PYTHONOPTIMIZE", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                           "mutants.stop_at_first_failure", "-c", str(tmp_path / "pytest.ini"), "--rootdir",
-                           str(tmp_path), "test_gated.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    # the failing setup first
+    proc, lines = run_plugin_tests(tmp_path, **{config.KILL_ORDER_ENV: json.dumps({"unfused": ["test_layers"]})})
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = [json.loads(ln) for ln in (report / "outcomes-main.jsonl").read_text().splitlines()]
     assert [ln["test"].split("::")[-1].split("[")[0] for ln in lines][0] == "test_layers", lines
     compute = [ln for ln in lines if "test_compute" in ln["test"] and ln["when"] == "setup"]
     assert [ln["outcome"] for ln in compute] == ["skipped"], lines

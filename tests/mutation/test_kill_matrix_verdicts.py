@@ -167,21 +167,28 @@ def test_layers(gate, pool):
 '''
 
 
-def test_the_plugin_records_a_setup_error_and_the_control_then_fails(tmp_path):
+def run_plugin_tests(tmp_path, **env_extra: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """:data:`PLUGIN_TESTS` run by pytest with the kill sessions' plugin (``mutants.stop_at_first_failure``) in
+    ``tmp_path`` (``env_extra`` added to its environment): the process and the outcome lines it recorded."""
     (tmp_path / "test_gated.py").write_text(PLUGIN_TESTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     report = tmp_path / "report"
     report.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in meta._SCRUB and not k.startswith("PYTEST_")}
     env.update({"PYTHONPATH": meta.REPO, config.BY_NAME["report_dir"].env: str(report),
-                config.BY_NAME["hypothesis_db"].env: "none", "HYPOTHESIS_PROFILE": "ci"})
+                config.BY_NAME["hypothesis_db"].env: "none", "HYPOTHESIS_PROFILE": "ci", **env_extra})
     env.pop("PYTHONOPTIMIZE", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
                            "mutants.stop_at_first_failure", "-c", str(tmp_path / "pytest.ini"), "--rootdir",
                            str(tmp_path), "test_gated.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [json.loads(ln) for ln in (report / "outcomes-main.jsonl").read_text().splitlines()]
+    return proc, lines
+
+
+def test_the_plugin_records_a_setup_error_and_the_control_then_fails(tmp_path):
+    proc, lines = run_plugin_tests(tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     setup = [ln for ln in lines if ln["when"] == "setup" and "test_layers" in ln["test"]]
     assert [ln["outcome"] for ln in setup] == ["failed"], lines
     assert "pool did not start" in setup[0]["message"]
