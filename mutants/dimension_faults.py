@@ -251,9 +251,11 @@ WRAPPER_CATALOGUE: tuple[WrapperMutantSpec, ...] = (
     WrapperMutantSpec("FusedGlobalRankAtLaunch", "the global rank used where the group rank is meant",
                       ("within_tolerance", "bitwise_equal", "padded_rows_untouched", "call_raised", "died",
                        "hang", "device_fault"), (4,)),
+    # device_fault: how every GPU run caught it (2026-12-06, H100 and H200): an instance's launch through the
+    # other group's peer pointers and flag area faults before any result can be compared
     WrapperMutantSpec("FusedWorkspaceSharedAcrossGroups", "a flag/signal area shared between TP groups",
                       ("other_groups_untouched", "within_tolerance", "bitwise_equal", "outside_rank_untouched",
-                       "hang"), (4,)),
+                       "hang", "device_fault"), (4,)),
     WrapperMutantSpec("FusedCapacityUncheckedInCapture", "the capacity check skipped while a graph is captured",
                       ("capacity_rejected_in_capture",), tests=("test_capacity",)),
     WrapperMutantSpec("FusedLyingFallback", "the unfused fallback run under the fused path's name (last_path lies)",
