@@ -57,6 +57,22 @@ def test_cross_owner_map_moves_tokens_to_other_ranks():
         RowMap(4, 4, (0, 0), (1, 2))  # a row of A used twice
 
 
+def test_a_rank_sees_the_pairs_it_owns_in_both_calls_and_no_other():
+    """Per rank, a pair counts only where both its rows are the rank's (a cross-owner map's other pairs lie in
+    another rank's shard of A or of B: their local rows would index another token, or wrap from the end)."""
+    M_a, M_b, W = 129, 256, 4
+    rm = row_map(7, M_a, M_b, W, cross_owner=True)
+    S_a, S_b = -(-M_a // W), -(-M_b // W)
+    seen = []
+    for rank in range(W):
+        for la, lb, ga, gb in rm.visible(rank, W):
+            assert _owner(ga, M_a, W) == rank == _owner(gb, M_b, W)
+            assert (la, lb) == (ga - rank * S_a, gb - rank * S_b) and 0 <= la < S_a and 0 <= lb < S_b
+            seen.append((ga, gb))
+    same = [(a, b) for a, b in zip(rm.rows_a, rm.rows_b) if _owner(a, M_a, W) == _owner(b, M_b, W)]
+    assert sorted(seen) == sorted(same) and len(same) < len(rm.rows_a)
+
+
 @pytest.mark.parametrize("kind", ["gaussian", "exact"])
 def test_inputs_carry_the_same_tokens_at_the_mapped_rows(kind):
     W, N, K = 3, 64, 64

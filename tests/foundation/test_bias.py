@@ -240,6 +240,22 @@ def test_nonfinite_truths_are_left_to_the_nonfinite_check():
     assert res.extra["n_informative"] < 64 * 64
 
 
+def test_a_truth_past_bf16s_range_is_left_to_the_nonfinite_check():
+    """A truth finite in fp64 but past bf16's largest value rounds to +-Inf in a correct result: not "a non-finite
+    result where the truth is finite" (that is a truth within bf16's range)."""
+    x, w = all_rank_inputs(5, 64, 64, 64, 1, "gaussian")[0]
+    x, w = x.clone(), w.clone()
+    x[3, :] = 0.0
+    x[3, 0] = 2.0**127
+    w[7, 0] = 4.0  # row 3, column 7: 2^129 in fp64
+    model = rounding_model([(x, w)], 0, 64)
+    y = (x.double() @ w.double().T).to(torch.bfloat16)
+    assert torch.isinf(y[3, 7]) and torch.isfinite(y[:3]).all()
+    res = no_systematic_bias(y, model, rank=0)
+    assert res.passed, res.render()
+    assert "non-finite results where the truth is finite" not in res.render()
+
+
 def test_gathered_results_use_every_row():
     inputs = all_rank_inputs(9, 100, 64, 64, 4, "gaussian")
     model = rounding_model(inputs, None, 100)

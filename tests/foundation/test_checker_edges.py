@@ -35,6 +35,16 @@ def test_storages_that_overlap_without_sharing_a_start_are_shared():
     assert not shares_storage(apart, base) and fresh_result(apart, {"workspace": base}).passed
 
 
+def test_adjacent_storages_are_not_shared():
+    """Two allocations back to back (a caching allocator carves blocks of one segment: a result right after a
+    workspace) share no byte: the end of one is the start of the other, not an overlap."""
+    base = np.zeros(20, dtype=np.float32)
+    first, second = torch.from_numpy(base[:10]), torch.from_numpy(base[10:])
+    assert first.untyped_storage().data_ptr() + first.untyped_storage().nbytes() == second.untyped_storage().data_ptr()
+    assert not shares_storage(first, second) and not shares_storage(second, first)
+    assert fresh_result(second, {"workspace": first}).passed
+
+
 @pytest.mark.parametrize("value", [float("inf"), float("-inf")])
 def test_an_infinite_result_where_the_truth_is_finite_fails_the_bias_check(value):
     model = seeded_rounding_model(3, "gaussian", 0, 64, 64, 64, 2)

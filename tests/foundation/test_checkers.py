@@ -106,6 +106,18 @@ def test_within_tolerance_ignores_padding_rows():
     _assert_pass_and_raise_protocol(within_tolerance(got, truth, rank=1))
 
 
+def test_within_tolerance_leaves_a_truth_past_bf16s_range_to_the_nonfinite_check():
+    # 2^127 * 4 = 2^129: finite in fp64, past bf16's largest finite value (~2^128), so a correct result is +Inf there
+    x = torch.tensor([[2.0**127, 1.0], [1.0, 1.0]], dtype=torch.bfloat16)
+    w = torch.tensor([[4.0, 0.0], [1.0, 1.0]], dtype=torch.bfloat16)
+    truth = shard_truth([(x, w)], 0, 2)
+    got = truth.y.bfloat16()
+    assert torch.isfinite(truth.y[0, 0]) and torch.isinf(got[0, 0])
+    res = within_tolerance(got, truth, rank=0)
+    _assert_pass_and_raise_protocol(res)
+    assert res.total == 3  # the overflowing element has no budget: nonfinite_pattern_matches judges it
+
+
 # --- bitwise_equal ------------------------------------------------------------------------------
 
 
@@ -318,6 +330,23 @@ def test_rejected_cleanly_no_work_fails_on_work_before_the_raise_and_allows_meta
     assert rejected_cleanly(compute_then_raise, CapacityError, {"x": x}).passed
 
 
+def test_rejected_cleanly_no_work_counts_a_filled_allocation_as_work():
+    """``torch.zeros`` / ``torch.full`` allocate *and* queue a fill kernel: work before an out-of-range M is
+    rejected (only ``torch.empty`` and metadata are not)."""
+    def zeros_then_raise():
+        torch.zeros(4, 8)
+        raise CapacityError("workspace cleared before M was checked")
+
+    def full_then_raise():
+        torch.full((4, 8), 1.0)
+        raise CapacityError("workspace filled before M was checked")
+
+    _assert_fails(rejected_cleanly(zeros_then_raise, CapacityError, {}, no_work=True),
+                  "queued work before it raised: aten.zeros")
+    _assert_fails(rejected_cleanly(full_then_raise, CapacityError, {}, no_work=True),
+                  "queued work before it raised: aten.full")
+
+
 def test_rejected_cleanly_does_not_count_the_ops_of_what_the_call_runs_in():
     """``around``: the context the call runs in (a CUDA-graph capture: its begin fills the generator's graph state,
     aten.fill_) is the harness's, not the call's; the call's own work still counts, and a raise there fails."""
@@ -442,6 +471,14 @@ def test_fresh_per_call_locates_the_stale_call():
         "at index (1, 4)",
         "(global row 10)",
     )
+
+
+def test_fresh_per_call_locates_a_stale_first_call():
+    """The sequence's first call is compared like every other (its fresh twin is another first call of a fresh
+    implementation: a workspace primed wrong at construction shows only there)."""
+    res = fresh_per_call(_sequence(planted_at=0), rank=0)
+    _assert_fails(res, "call 0 of the sequence (M=129, sequence [129, 1, 1024, 129]) differs from a fresh call",
+                  "at index (1, 4)", "(global row 1)")
 
 
 # --- skipped ------------------------------------------------------------------------------------

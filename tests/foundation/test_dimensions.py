@@ -133,6 +133,17 @@ def test_dispatch_sides_agree_compares_shape_padding_and_exact_bits():
     assert dispatch_sides_agree(val, ref, n_valid, exact=False).passed
 
 
+@pytest.mark.parametrize("row", [0, 2])
+def test_dispatch_sides_agree_compares_every_valid_row_in_exact_mode(row):
+    S, N, n_valid = 4, 8, 3
+    ref = torch.zeros(S, N, dtype=torch.bfloat16)
+    ref[:n_valid] = torch.arange(n_valid * N, dtype=torch.bfloat16).view(n_valid, N)
+    val = ref.clone()
+    val[row, N - 1] += 1  # the first and the last valid row
+    res = dispatch_sides_agree(val, ref, n_valid, exact=True, row_offset=4)
+    assert not res.passed and not res.skipped and res.worst_index == (row, N - 1) and res.worst_row == 4 + row
+
+
 def test_crossover_neighbours_finds_both_sides_of_the_switch():
     assert crossover_neighbours(lambda M: M >= 128, 8192) == [127, 128]
     assert crossover_neighbours(lambda M: True, 100) == [1]

@@ -123,6 +123,20 @@ def test_caller_writes_names_every_write_into_the_callers_memory_but_outs_own_by
     assert caller_writes(_writes(lambda: buf[7:9].fill_(1)), x2, w, out2) == ["aten.fill_.Scalar into x"]
 
 
+def test_caller_writes_sees_a_one_element_write_and_a_write_through_out_equals():
+    """A write of one element is a write (its byte span is one element long, not empty), and so is a write into the
+    caller's memory through an op's ``out=`` argument (passed to the dispatcher as a keyword, not positionally)."""
+    from properties import Guarded, caller_writes
+
+    x, w = _pair()
+    out = Guarded(3, 4).payload
+    corner = x[7, 15]
+    assert caller_writes(_writes(lambda: corner.fill_(corner.item())), x, w, out) == ["aten.fill_.Scalar into x"]
+    assert caller_writes(_writes(lambda: torch.mul(w, 1, out=w)), x, w, out) == ["aten.mul.out into w"]
+    scratch = torch.empty(8, 4, dtype=torch.bfloat16)
+    assert caller_writes(_writes(lambda: torch.mm(x, w.T, out=scratch)), x, w, out) == []  # its own temporary
+
+
 def test_a_write_put_back_before_the_call_returned_fails_inputs_untouched():
     x, w = _pair()
     clean = inputs_changed(x, w, watch_inputs(x, w))

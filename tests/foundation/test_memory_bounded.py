@@ -99,6 +99,34 @@ def test_released_on_close_fails_while_something_keeps_a_state_tensor_and_passes
     assert nothing.skipped and not nothing.passed and "declares no state tensors" in nothing.detail
 
 
+def test_released_on_close_collects_an_instance_held_only_by_a_reference_cycle():
+    """An instance that refers to itself (a bound method kept on it, a callback) goes only with a collection: the
+    check collects before it looks, so a correct implementation written that way is not failed."""
+    import gc
+
+    from properties.memory import released_on_close, watch_release
+
+    class Instance:
+        def __init__(self):
+            self.workspace = torch.zeros(8, 8)
+            self.launch = self.run  # a cycle: instance -> bound method -> instance
+
+        def run(self):
+            return self.workspace
+
+    instance = Instance()
+    watched = watch_release({"workspace": instance.workspace})
+    enabled = gc.isenabled()
+    gc.disable()  # no automatic collection between the drop and the check
+    try:
+        del instance
+        assert watched["workspace"]() is not None  # only the cycle holds it now
+        assert released_on_close(watched, what="instance 1").passed
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_the_instances_family_checks_every_close_and_catches_a_workspace_registry():
     from mutants.catalogue import WorkspaceRegistry
 

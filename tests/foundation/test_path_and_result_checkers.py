@@ -122,6 +122,28 @@ def test_returns_out_passes_out_itself_and_fails_a_copy():
     _fails(returns_out(out[:, : N // 2], out), "not the out= tensor")
 
 
+def test_returns_out_fails_another_view_of_out_s_buffer():
+    """``out`` itself: not a tensor of its buffer at another place (a payload shifted into a red zone, the same
+    storage), nor ``out``'s memory read with other strides (a transpose of a square shard: same pointer and shape)."""
+    from properties import Guarded
+
+    g = Guarded(S, N)
+    _passes(returns_out(g.payload, g.payload))
+    shifted = g.buffer[g.front_words + N : g.front_words + N + S * N].view(S, N)  # one row on, into the back guard
+    _fails(returns_out(shifted, g.payload), "not the out= tensor")
+    square = torch.zeros(N, N, dtype=torch.bfloat16)
+    _fails(returns_out(square.t(), square), "not the out= tensor", f"strides (1, {N})")
+
+
+def test_result_contract_names_another_device_index():
+    from properties.result_contract import _same_device
+
+    cuda0, cuda1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    assert not _same_device(cuda1, cuda0) and not _same_device(cuda0, cuda1)
+    assert _same_device(cuda0, cuda0) and _same_device(torch.device("cuda"), cuda1)  # no index: the current one
+    assert not _same_device(torch.device("cpu"), cuda0)
+
+
 # --- fresh_result / fresh_padding_zero / results_unchanged ------------------------------------------
 
 
