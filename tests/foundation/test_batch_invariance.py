@@ -107,6 +107,15 @@ def test_correct_implementation_passes_and_one_flipped_bit_fails():
     assert f"the token of row {a} at M = 129 is row {b} at M = 256, 1 of 256 elements differ" in res.render()
 
 
+def test_a_zero_s_sign_is_a_bit_that_differs():
+    inv, y_a, y_b = _unfused(129, 256)
+    a, b = inv.row_map.rows_a[0], inv.row_map.rows_b[0]
+    y_a, y_b = y_a.clone(), y_b.clone()
+    y_a[a, 9], y_b[b, 9] = 0.0, -0.0  # equal as numbers, other bits
+    res = batch_invariant(y_a, y_b, inv.row_map, rank=0, world_size=1)
+    assert not res.passed and res.n_wrong == 1 and res.worst_index == (b, 9), res.render()
+
+
 def test_a_nan_is_a_nan_whatever_its_bits_but_not_a_number_nor_an_infinity():
     # torch's CPU GEMM gave one NaN element of a token other bits at M = 1 than at M = 127 (the 29th session's CI)
     inv, y_a, y_b = _unfused(129, 256)

@@ -141,6 +141,18 @@ def test_bitwise_equal_sees_signed_zero():
     assert res.worst_error == float("inf")
 
 
+@pytest.mark.parametrize("other", [0x7FC1, -0x40], ids=["payload", "sign"])
+def test_bitwise_equal_sees_a_nan_s_payload_and_sign(other):
+    """Bit for bit, NaNs too (repeatable's and fresh_per_call's comparisons): a NaN with another payload or sign is
+    another result (only batch_invariant excuses that, across shapes)."""
+    expected = torch.ones(2, 4, dtype=torch.bfloat16)
+    expected.view(torch.int16)[1, 2] = 0x7FC0  # the quiet NaN
+    actual = expected.clone()
+    actual.view(torch.int16)[1, 2] = other
+    _assert_fails(bitwise_equal(actual, expected, 2), "Mismatched elements: 1 / 8", "at index (1, 2)")
+    _assert_fails(repeatable([expected, actual], 2), "call 1 differs from call 0")
+
+
 def test_bitwise_equal_checks_only_valid_rows():
     a = torch.ones(4, 8, dtype=torch.bfloat16)
     b = a.clone()
@@ -301,6 +313,15 @@ def test_rejected_cleanly_fails_when_a_collective_ran_before_the_raise():
         res = rejected_cleanly(reduce_then_raise, ShapeError, {"x": x}, rank=1)
         _assert_fails(res, "ran c10d.allreduce_", "before it raised", "hangs them")
         assert res.extra["collectives_before_raise"] == ["c10d.allreduce_.default"]
+
+        def functional_reduce_then_raise():  # torch.distributed._functional_collectives: their own op namespace
+            import torch.distributed._functional_collectives as fc
+
+            fc.all_reduce(x, "sum", dist.group.WORLD).wait()
+            raise ShapeError("out checked last")
+
+        res = rejected_cleanly(functional_reduce_then_raise, ShapeError, {"x": x}, rank=1)
+        _assert_fails(res, "ran _c10d_functional.all_reduce", "before it raised")
     finally:
         if created:
             dist.destroy_process_group()

@@ -110,6 +110,13 @@ def test_kernel_paths_agree_across_ranks_names_the_first_m_where_ranks_run_other
     raised = kernel_paths_agree_across_ranks({0: clustered, 1: "path_table() raised ValueError: x"}, what="i")
     assert not raised.passed and "path_table() raised ValueError" in raised.detail
 
+def test_kernel_paths_that_differ_from_the_first_piece_fail_there():
+    a = ((1, "pull 64x112"), (193, "pull 64x128"))
+    b = ((1, "push 64x112"), (193, "pull 64x128"))  # another kernel for M = 1..192 only
+    res = kernel_paths_agree_across_ranks({0: a, 1: b}, what="i")
+    assert not res.passed and res.extra["first_difference"] == "M=1", res.detail
+
+
 def test_should_run_stable_fails_when_an_answer_moves():
     assert should_run_stable({1: False, 128: True}, {1: False, 128: True}, what="i").passed
     res = should_run_stable({1: False, 128: True}, {1: False, 128: False}, what="instance 0")
