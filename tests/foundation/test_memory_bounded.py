@@ -40,6 +40,28 @@ def test_views_dropped_tensors_and_a_replaced_tensor_pass():
     HELD.clear()
 
 
+def test_a_tensor_only_a_dropped_reference_cycle_holds_is_not_live():
+    """A result the implementation dropped inside a reference cycle (a plan that refers to itself) is garbage, not
+    memory kept: the snapshot collects before it counts."""
+    import gc
+
+    class Plan:
+        def __init__(self):
+            self.buffer = torch.empty(37, 64, dtype=torch.bfloat16)
+            self.me = self  # a cycle: only a collection frees it
+
+    enabled = gc.isenabled()
+    gc.disable()  # no automatic collection between the drop and the snapshot
+    try:
+        before = live_tensors()
+        Plan()  # made and dropped
+        check = memory_bounded(before, live_tensors(), during="one call")
+    finally:
+        if enabled:
+            gc.enable()
+    assert check.passed and check.extra["grown"] == 0, check.detail
+
+
 def test_a_slack_lets_that_much_through_and_not_a_byte_more():
     HELD.clear()
     before = live_tensors()
