@@ -556,6 +556,22 @@ def test_value_checks_on_a_rank_with_no_valid_row_are_skipped_not_passed():
     _assert_fails(dispatch_sides_agree(wrong, y, 1, exact=True), "differ in valid rows")
 
 
+def test_within_tolerance_leaves_a_nan_truth_to_the_nonfinite_check():
+    """A NaN truth (a NaN input, or +Inf and -Inf partials) has a NaN budget: nothing to compare there, so the element
+    is neither wrong nor counted -- whatever the result holds (nonfinite_pattern_matches judges it)."""
+    import dataclasses
+
+    truth = _truth()
+    y = truth.y.clone()
+    y[2, :3] = float("nan")
+    nan_truth = dataclasses.replace(truth, y=y)
+    got = y.bfloat16()
+    got[2, 1] = 1.0  # the pattern check's to see, not this one's
+    res = within_tolerance(got, nan_truth, rank=RANK)
+    _assert_pass_and_raise_protocol(res)
+    assert res.total == 8 * N - 3
+
+
 def test_within_tolerance_with_no_finite_truth_is_skipped_and_one_finite_element_is_checked():
     """Non-finite inputs can make every valid element's truth Inf or NaN: no element has a budget, so the check
     compared nothing -- a skip (nonfinite_pattern_matches judges those), not a pass; one finite element is a
