@@ -170,9 +170,11 @@ def trim_gpu_cache(torch_mod, device, keep: int = CACHE_KEEP_BYTES) -> bool:
     return True
 
 
-def between_cases(torch_mod, device, describe) -> str | None:
+def between_cases(torch_mod, device, describe, broken: str | None = None) -> str | None:
     """The rank's step after a case's result went out (:func:`trim_gpu_cache`); the error every later case of
-    this rank gets if its CUDA context is gone (``describe``: the exception's text), else None.
+    this rank gets if its CUDA context is gone (``describe``: the exception's text), else ``broken`` (the error an
+    earlier case's step gave, kept: a context once gone stays gone, though a later trim may have nothing to give back
+    and raise nothing).
 
     The rank stays alive either way: dying here, torchrun would take every peer down before the driver asked the
     ranks that gave no result where they are (12th and 13th sessions, one H200: a W = 8 case's ranks 0-5 hit the
@@ -181,8 +183,8 @@ def between_cases(torch_mod, device, describe) -> str | None:
     try:
         trim_gpu_cache(torch_mod, device)
     except Exception as exc:  # noqa: BLE001 -- the case's own error has gone out already
-        return f"this rank's CUDA context broke after an earlier case:\n{describe(exc)}"
-    return None
+        return broken or f"this rank's CUDA context broke after an earlier case:\n{describe(exc)}"
+    return broken
 
 
 def main() -> int:
@@ -288,7 +290,7 @@ def main() -> int:
                    "checks": [c.to_json() for c in checks],
                    "seconds": seconds, "phases": phases.end(seconds), "optimize": sys.flags.optimize,
                    "mps": mps})
-        broken = broken or between_cases(torch, device, describe_exception)
+        broken = between_cases(torch, device, describe_exception, broken)
     profiler.close()
     if preloading is not None:
         preloading.join(timeout=60)

@@ -142,3 +142,5 @@ def test_a_rank_whose_cuda_context_broke_between_cases_stays_to_be_asked():
     said = between_cases(broken, gpu, lambda exc: f"{type(exc).__name__}: {exc}")
     assert said.startswith("this rank's CUDA context broke after an earlier case") and "unspecified launch" in said
     assert between_cases(fine, gpu, str) is None
+    # once broken, every later case gets the first error, whether or not a later trim raises
+    assert between_cases(fine, gpu, str, broken=said) == said and between_cases(broken, gpu, str, broken=said) == said
