@@ -106,6 +106,22 @@ def test_checks_no_case_made_are_listed_as_skipped_or_not_reached(tmp_path):
     assert s["unmade"] == [] and "Checks no case made" not in (tmp_path / "summary.md").read_text()
 
 
+def test_every_check_the_cuda_only_families_name_is_expected_where_cuda_runs():
+    """The graph and streams families run only where CUDA does (on the CPU they skip whole, their checks unnamed): each
+    check they name (``name="..."``) must be in ``CUDA_ONLY``, or a GPU run that never made it would not list it among
+    the checks no case made -- a check that never runs is a silent pass."""
+    import ast
+
+    from fuzz.expected_checks import CUDA_ONLY
+
+    for family in ("graph", "streams"):
+        with open(os.path.join(ROOT, "fuzz", "families", f"{family}.py")) as f:
+            tree = ast.parse(f.read())
+        named = {kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords
+                 if kw.arg == "name" and isinstance(kw.value, ast.Constant)}
+        assert named and named <= CUDA_ONLY, (family, sorted(named - CUDA_ONLY))
+
+
 def test_whole_tests_pytest_skipped_are_listed(tmp_path):
     _write(tmp_path, [_row()])
     skip = '<skipped type="pytest.skip" message="CUDA graphs need a GPU topology" />'

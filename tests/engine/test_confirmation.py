@@ -112,3 +112,58 @@ def test_a_final_replay_forgets_the_search_failures_of_its_own_pool_only(monkeyp
     report, new = run_confirmed(b, Case("compute", ms=[3], **SMALL), phase="final")
     assert new and report.status == Status.PASSED
     assert fuzz.gate._SEARCH_FAILURES == {theirs: "a's failure"}
+
+
+class _StubPool:
+    """A pool whose cases end as told, in turn (no ranks): what ``run_confirmed`` asks of it is recorded."""
+
+    def __init__(self, *statuses: Status):
+        self.spec, self.statuses, self.runs = PoolSpec(), list(statuses), []
+
+    def run(self, case, deadline=None, *, fresh=False, replay=None):
+        from fuzz.report import CaseReport
+
+        self.runs.append({"fresh": fresh, "replay": replay})
+        return CaseReport(case=case, spec=self.spec, status=self.statuses.pop(0), note="stub")
+
+
+@pytest.mark.parametrize("status", [Status.HANG, Status.DIED, Status.ERROR])
+def test_a_hang_a_death_and_a_harness_error_are_rerun_on_a_fresh_pool_and_labelled_like_a_failed_check(status):
+    """Every status that fails the gate is confirmed, not only FAILED: a hang that does not come back is FLAKY (the
+    host was loaded?), one that does is REPRODUCIBLE -- the label the reader needs for any failure."""
+    case = Case("compute", ms=[3], **SMALL)
+    for rerun, label in ((status, Reproducibility.REPRODUCIBLE), (Status.PASSED, Reproducibility.FLAKY)):
+        pool = _StubPool(status, rerun)
+        report, new = run_confirmed(pool, case)
+        assert new and report.reproducibility == label and report.rerun_status == rerun
+        assert report.status == status and [r["fresh"] for r in pool.runs] == [False, True]
+
+
+def test_a_replayed_earlier_case_that_hangs_is_the_report_not_the_case_after_it():
+    """Replaying a failing pool's history, an earlier case that does not pass -- a hang here, not only a failed check
+    -- ends the replay and is what is reported (saying so): the pool it left was killed, so the case after it would
+    run on a fresh pool without the history it needs and pass (a FLAKY label for a failure that came back)."""
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:HangOnM", world_size=2))
+    try:
+        report = pool.run(Case("compute", ms=[3], **SMALL), deadline=2, replay=[Case("compute", ms=[77], **SMALL)])
+    finally:
+        pool.close()
+    assert report.status == Status.HANG and report.case.ms == [77], report.render()
+    assert "replaying the failing pool's history: earlier case 1 of 1 did not pass" in report.note
+
+
+def test_a_failing_report_carries_the_last_history_cases_the_pool_ran_not_its_first():
+    """Past ``HISTORY_CASES`` cases on one pool, a failure's history (replayed by its confirmation and its REPRO line)
+    is the cases just before it -- the state it may need -- not the pool's first ones."""
+    from fuzz.pool import HISTORY_CASES
+
+    pool = RankPool(PoolSpec(impl="mutants.catalogue:DroppedRankOddM", world_size=2))
+    before = [Case("compute", ms=[2 * (i + 1)], repeat=1, **SMALL) for i in range(HISTORY_CASES + 2)]
+    try:
+        for case in before:
+            assert pool.run(case).passed
+        report = pool.run(Case("compute", ms=[3], **SMALL))
+    finally:
+        pool.close()
+    assert report.status == Status.FAILED
+    assert [c.ms for c in report.history] == [c.ms for c in before[-HISTORY_CASES:]]

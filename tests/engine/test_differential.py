@@ -117,6 +117,16 @@ def test_compare_skips_a_case_one_implementation_could_not_run():
     assert summary["disagreements"] == [] and summary["statuses"]["B"] == {"hang": 1}
 
 
+def test_compare_compares_every_pair_of_three_implementations_not_only_neighbours():
+    """A vs C is compared too: with B hung (compared with nobody), A and C differing on exact inputs is named."""
+    a = {("call0", 129, 0): ("exact", "a0")}
+    c = {("call0", 129, 0): ("exact", "other bits")}
+    summary = compare({"A": [_report("A", "passed", a)], "B": [_report("B", "hang", {})],
+                       "C": [_report("C", "passed", c)]})
+    assert set(summary["pairs"]) == {("A", "B"), ("A", "C"), ("B", "C")}
+    assert [d["impls"] for d in summary["disagreements"]] == [("A", "C")]
+
+
 def test_the_command_passes_agreeing_implementations_and_fails_on_a_failure_or_a_disagreement(
         capsys, monkeypatch, own_settings):
     import fuzz.differential
@@ -145,3 +155,32 @@ def test_the_command_passes_agreeing_implementations_and_fails_on_a_failure_or_a
     assert rc == 1 and "verdict: FAILED" in out and "DISAGREE on exact inputs" in out, out[-2000:]
     with pytest.raises(SystemExit):
         fuzz.differential.main(["--impl", "unfused"])
+
+
+def test_the_command_runs_every_world_size_asked_and_a_failure_at_an_earlier_one_fails_it(
+        capsys, monkeypatch, own_settings):
+    """``--world-sizes 2,3``: both run, and B failing its case at W = 2 fails the run though W = 3 passes (the
+    verdict is over every W, not the last one's). Pools stubbed: each case ends as told, no ranks."""
+    import fuzz.differential
+
+    pools = []
+
+    class StubPool:
+        def __init__(self, spec):
+            self.spec = spec
+            pools.append((spec.impl, spec.world_size))
+
+        def run(self, case):
+            failing = self.spec.impl == "B" and self.spec.world_size == 2
+            return _report(self.spec.impl, "failed" if failing else "passed", {})
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(fuzz.differential, "RankPool", StubPool)
+    monkeypatch.setattr(fuzz.differential, "sample_cases", lambda family, w, topology, n: CASES[:1])
+    rc = fuzz.differential.main(["--impl", "A,B", "--world-sizes", "2,3", "--cases", "1"])
+    out = capsys.readouterr().out
+    assert pools == [("A", 2), ("B", 2), ("A", 3), ("B", 3)], out
+    assert "W=2" in out and "W=3" in out
+    assert rc == 1 and "verdict: FAILED" in out, out

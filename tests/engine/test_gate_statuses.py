@@ -69,6 +69,19 @@ def test_check_case_raises_on_a_harness_error(recorded):
     assert [r.status for r in recorded] == [Status.ERROR]
 
 
+def test_a_harness_error_kills_the_pool_and_the_next_case_starts_a_fresh_one():
+    """An exception that escaped run_case on a rank may leave its peers blocked in a collective: like any case that
+    fails the gate, the pool is killed after it (stacks and logs collected), never handed the next case."""
+    pool = RankPool(PoolSpec(impl=MISSING, world_size=2))
+    try:
+        report = pool.run(Case("compute", ms=[3], **SMALL))
+        assert report.status == Status.ERROR and not pool.alive and pool.starts == 1
+        pool.run(Case("compute", ms=[4], **SMALL))
+        assert pool.starts == 2
+    finally:
+        pool.close()
+
+
 # --- P5: a SKIPPED case skips the test, never counts as passed ------------------------------------------------------
 
 def test_check_case_skips_a_case_whose_every_check_was_skipped(recorded):
@@ -123,3 +136,63 @@ def test_a_failing_replay_pass_fails_the_campaign_when_the_main_pass_passes(tmp_
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["pytest_exit_code"] == 1 and summary["verdict"] == "FAIL"
     assert rc == 1
+
+
+def test_the_campaign_exits_1_when_its_verdict_fails_though_pytest_passed(tmp_path, monkeypatch, own_settings):
+    """Every case skipped (each check waived): pytest exits 0 (skips), the summary's verdict is FAIL (nothing of the
+    implementation passed) -- and the campaign's exit status is the verdict's, not pytest's."""
+    skipped = [{"name": "within_tolerance", "passed": False, "skipped": True, "rank": 0, "detail": "waived"}]
+
+    def run_pytest(cmd, env, root, log_path, time_limit):
+        _write(tmp_path, [_row(status="skipped", checks=skipped)])
+        return 0, False
+
+    monkeypatch.setattr(fuzz.campaign, "stored_examples", lambda: 0)
+    monkeypatch.setattr(fuzz.campaign, "run_pytest", run_pytest)
+    rc = fuzz.campaign.main(["--profile", "ci", "--impl", "unfused", "--topology", "cpu", "--report-dir",
+                             str(tmp_path), "--pools-per-gpu", "1", "--progress-every", "60"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pytest_exit_code"] == 0 and summary["verdict"] == "FAIL"
+    assert rc == 1
+
+
+def test_the_campaign_hands_the_user_s_pytest_arguments_and_examples_to_every_pass(tmp_path, monkeypatch,
+                                                                                  own_settings):
+    """``ci/gate --profile smoke --examples 7 -k test_compute --hypothesis-seed=5``: the flags the campaign does not
+    know go to pytest in the replay pass and the main pass alike (a seed, a selection), and ``--examples`` overrules
+    the profile's 4."""
+    passes: list[tuple[list[str], dict]] = []
+
+    def run_pytest(cmd, env, root, log_path, time_limit):
+        passes.append((cmd, env))
+        _write(tmp_path, [_row()])
+        return 0, False
+
+    monkeypatch.setattr(fuzz.campaign, "stored_examples", lambda: 1)
+    monkeypatch.setattr(fuzz.campaign, "run_pytest", run_pytest)
+    rc = fuzz.campaign.main(["--profile", "smoke", "--examples", "7", "--impl", "unfused", "--topology", "cpu",
+                             "--report-dir", str(tmp_path), "--pools-per-gpu", "1", "--progress-every", "60",
+                             "-k", "test_compute", "--hypothesis-seed=5"])
+    assert rc == 0 and [env["HYPOTHESIS_PROFILE"] for _, env in passes] == ["replay", "ci"]
+    for cmd, env in passes:
+        assert cmd[cmd.index("-k") + 1] == "test_compute" and "--hypothesis-seed=5" in cmd, cmd
+        assert env["GEMM_RS_EXAMPLES"] == "7" and env["PYTHONOPTIMIZE"] == "1"
+
+
+def test_a_campaign_across_nodes_runs_one_pytest_driver(tmp_path, monkeypatch, own_settings):
+    """``--nnodes 2``: a pool across nodes listens on one control port, so pytest runs with ``-n 0`` whatever
+    ``--jobs`` says (fuzz/conftest.py refuses xdist workers there: the campaign would fail before any case)."""
+    cmds: list[list[str]] = []
+
+    def run_pytest(cmd, env, root, log_path, time_limit):
+        cmds.append(cmd)
+        _write(tmp_path, [_row()])
+        return 0, False
+
+    monkeypatch.setattr(fuzz.campaign, "stored_examples", lambda: 0)
+    monkeypatch.setattr(fuzz.campaign, "run_pytest", run_pytest)
+    fuzz.campaign.main(["--profile", "ci", "--impl", "unfused", "--topology", "cpu", "--report-dir", str(tmp_path),
+                        "--pools-per-gpu", "1", "--progress-every", "60", "--nnodes", "2", "--jobs", "4",
+                        "--control-address", "127.0.0.1:29999"])
+    (cmd,) = cmds
+    assert cmd[cmd.index("-n") + 1] == "0", cmd

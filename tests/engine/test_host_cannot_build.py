@@ -84,6 +84,10 @@ def test_only_a_failure_of_the_main_path_check_alone_is_the_hosts():
     assert not unbuildable(_report("main_path_available", status=Status.HANG))
     assert not unbuildable(_report("main_path_available", error="Traceback ...\nRuntimeError: x\n"))
     assert not unbuildable(_report(status=Status.FAILED))  # nothing failed: nothing to blame on the host
+    beside_a_skip = _report("main_path_available")  # a check skipped with its reason is no failure beside it
+    beside_a_skip.ranks[1]["checks"].append({"name": "batch_invariant", "passed": False, "skipped": True,
+                                             "detail": "waived", "extra": {}})
+    assert unbuildable(beside_a_skip)
 
 
 def test_a_real_failure_is_still_an_ordinary_failure_and_remembered_nowhere():

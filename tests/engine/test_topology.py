@@ -156,6 +156,45 @@ def test_across_nodes_the_gate_runs_world_sizes_that_split_over_the_hosts(monkey
     assert {t for _, t, _ in combos} == {"cpu", "multi-gpu"}  # one shared GPU cannot span hosts
     assert {w for _, t, w in combos if t == "cpu"} == {2, 4, 8}
     assert {w for _, t, w in combos if t == "multi-gpu"} == {2, 4, 8}  # up to 4 GPUs on each of 2 hosts
+    # a W named in --world-sizes that does not split over the hosts stays in the matrix: its pool fails saying so
+    # (fuzz.pool.RankPool.start), never dropped unsaid
+    assert fc.gate_matrix(Cfg(**{"--nnodes": "2", "--topology": "cpu", "--world-sizes": "2,3"})) == [
+        ("unfused", "cpu", 2), ("unfused", "cpu", 3)]
+
+
+def test_a_gpu_that_holds_exactly_w_ranks_gates_w(monkeypatch):
+    """The rank budget is how many ranks a GPU holds (fuzz.topology.rank_budget): W = budget fits, only W > budget is
+    a skip (a 94 GB H100 NVL holds 16 ranks of 5.5 GiB)."""
+    import fuzz.conftest as fc
+
+    monkeypatch.setattr(fc, "available_topologies", lambda: ["shared-gpu"])
+    monkeypatch.setattr(fc, "_has_hopper", lambda: False)
+    monkeypatch.setattr(fc, "_OVER_BUDGET", {})
+    monkeypatch.setattr(fc, "_BUDGETS", {0: 16})
+    assert {w for _, _, w in fc.gate_matrix(Cfg())} == {1, 2, 4, 8, 16} and fc._OVER_BUDGET == {}
+    monkeypatch.setattr(fc, "_BUDGETS", {0: 15})
+    assert set(fc.gate_matrix(Cfg())) == {("unfused", "shared-gpu", w) for w in (1, 2, 4, 8, 16)}
+    assert set(fc._OVER_BUDGET) == {("unfused", "shared-gpu", 16)}
+
+
+def test_the_topologies_of_a_host_follow_its_gpu_count():
+    from fuzz.topology import available_topologies
+
+    assert available_topologies(0) == ["cpu"]
+    assert available_topologies(1) == ["cpu", "shared-gpu"]
+    assert available_topologies(2) == available_topologies(8) == ["cpu", "shared-gpu", "multi-gpu"]
+
+
+def test_pools_asked_at_two_optimize_levels_are_two_pools(monkeypatch):
+    """``test_capacity_under_python_O`` asks a -O pool beside the driver's level: a pool is keyed by its level too
+    (PoolSpec.key), or the -O0 pool would serve it (and a -O1 pool the -O0 tests). Nothing starts here."""
+    import fuzz.conftest as fc
+
+    monkeypatch.setattr(fc, "_POOLS", {})
+    monkeypatch.setattr(fc, "_OVER_BUDGET", {})
+    plain, optimized = fc.get_pool("unfused", "cpu", 2, optimize=0), fc.get_pool("unfused", "cpu", 2, optimize=1)
+    assert plain is not optimized and (plain.spec.optimize, optimized.spec.optimize) == (0, 1)
+    assert fc.get_pool("unfused", "cpu", 2, optimize=1) is optimized and not plain.alive and not optimized.alive
 
 
 class _Item:

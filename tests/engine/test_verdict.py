@@ -161,3 +161,34 @@ def test_the_rendered_report_puts_the_exception_first():
     assert text.count("kernel launch failed") == 1  # the call_raised check is not repeated among failed checks
     harness = _report(Status.ERROR, ranks={1: _msg(error=TRACEBACK)}).render()
     assert "rank 1 raised (harness error, nothing judged):\nTraceback" in harness
+
+
+def test_a_failure_whose_rerun_skipped_every_check_is_still_the_failure_labelled_flaky():
+    """A re-run that skipped every check did not reproduce the failure, nor did it pass: the first failure is shown
+    (FLAKY), never the re-run's SKIPPED -- ``check_case`` would skip the test and the failure would be lost."""
+    skipped = _msg(_check("within_tolerance", passed=False, skipped=True, detail="waived"))
+    shown = confirm(_report(Status.FAILED, "first"), _report(Status.SKIPPED, ranks={0: skipped, 1: skipped}))
+    assert shown.status == Status.FAILED and shown.reproducibility == Reproducibility.FLAKY
+    assert shown.rerun_status == Status.SKIPPED and "the case skipped" in shown.note
+
+
+def test_the_report_shows_the_exception_and_the_log_tail_of_every_rank_not_only_the_first():
+    """A harness error on rank 1 (rank 0 passed) and a log tail on each rank: each is in the rendered report and in
+    the case record."""
+    from fuzz.record import case_row
+
+    report = _report(Status.ERROR, ranks={0: OK, 1: _msg(error=TRACEBACK)})
+    report.logs = {0: "rank 0 wrote this", 1: "rank 1 wrote this last"}
+    text = report.render()
+    assert "rank 1 raised (harness error, nothing judged):\nTraceback" in text and "harness broke" in text
+    assert "--- rank 0 log (tail) ---" in text and "--- rank 1 log (tail) ---\nrank 1 wrote this last" in text
+    row = case_row(report)
+    assert row["errors"] == {"1": TRACEBACK} and set(row["logs"]) == {"0", "1"}
+
+
+def test_the_report_shows_max_failures_failed_checks_and_counts_the_rest():
+    checks = [_check(f"check_{i}", passed=False, detail=f"failure number {i}") for i in range(4)]
+    text = _report(Status.FAILED, ranks={0: _msg(*checks)}).render(max_failures=4)
+    assert all(f"failure number {i}" in text for i in range(4)) and "more failed checks" not in text
+    text = _report(Status.FAILED, ranks={0: _msg(*checks)}).render(max_failures=3)
+    assert "failure number 2" in text and "failure number 3" not in text and "... and 1 more failed checks" in text
