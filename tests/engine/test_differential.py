@@ -98,6 +98,9 @@ def test_compare_counts_each_call_and_rank_and_names_an_exact_disagreement_once(
     assert summary["pairs"][("A", "B")] == {"exact_same": 3, "exact_differ": 3, "other_same": 2, "other_differ": 2}
     assert [(d["k"], d["call"], d["impls"]) for d in summary["disagreements"]] == [
         (1, ("call0", 129), ("A", "B")), (1, ("call2", 5), ("A", "B"))]
+    # each disagreement carries the REPRO line of both implementations, each naming its own
+    assert all(sorted(d["repro"]) == ["A", "B"] and all(f"--impl {i} " in line for i, line in d["repro"].items())
+               for d in summary["disagreements"])
     assert summary["statuses"] == {"A": {"passed": 2}, "B": {"passed": 1, "failed": 1}}
 
 

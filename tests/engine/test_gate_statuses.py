@@ -35,10 +35,16 @@ def recorded(monkeypatch) -> list:
     return reports
 
 
-def _check_on(impl: str, case: Case, deadline: float | None = None):
+def _check_on(impl: str, case: Case, deadline: float | None = None, may_skip: bool = False):
+    """``check_case`` on a fresh pool; a skip fails the test unless ``may_skip`` (a skip raised here would skip the
+    test itself -- ``pytest.raises(FuzzFailure)`` lets it through -- and a case that must fail would read skipped)."""
     pool = RankPool(PoolSpec(impl=impl, world_size=2))
     try:
         check_case(pool, case, deadline=deadline)
+    except pytest.skip.Exception as exc:
+        if not may_skip:
+            pytest.fail(f"check_case skipped the case instead of failing it: {exc}")
+        raise
     finally:
         pool.close()
 
@@ -86,7 +92,7 @@ def test_a_harness_error_kills_the_pool_and_the_next_case_starts_a_fresh_one():
 
 def test_check_case_skips_a_case_whose_every_check_was_skipped(recorded):
     with pytest.raises(pytest.skip.Exception, match="no CUDA graphs"):
-        _check_on("unfused", Case("graph", ms=[3], **SMALL))  # topology cpu: every check of the graph family skips
+        _check_on("unfused", Case("graph", ms=[3], **SMALL), may_skip=True)  # topology cpu: every check of the graph family skips
     assert [r.status for r in recorded] == [Status.SKIPPED]
 
 
