@@ -192,3 +192,13 @@ def test_the_report_shows_max_failures_failed_checks_and_counts_the_rest():
     assert all(f"failure number {i}" in text for i in range(4)) and "more failed checks" not in text
     text = _report(Status.FAILED, ranks={0: _msg(*checks)}).render(max_failures=3)
     assert "failure number 2" in text and "failure number 3" not in text and "... and 1 more failed checks" in text
+
+
+def test_a_failed_check_that_does_not_name_its_rank_is_rendered_with_the_rank_that_sent_it():
+    from fuzz.render import render_check
+
+    unnamed = _check("within_tolerance", passed=False, detail="3 rows wrong")  # "rank": None
+    assert render_check(unnamed, rank=1).startswith("[within_tolerance] rank 1: FAILED")
+    assert render_check(unnamed).startswith("[within_tolerance]: FAILED")
+    text = _report(Status.FAILED, ranks={0: OK, 1: _msg(unnamed)}).render()
+    assert "[within_tolerance] rank 1: FAILED\n3 rows wrong" in text, text
