@@ -92,7 +92,8 @@ def test_a_harness_error_kills_the_pool_and_the_next_case_starts_a_fresh_one():
 
 def test_check_case_skips_a_case_whose_every_check_was_skipped(recorded):
     with pytest.raises(pytest.skip.Exception, match="no CUDA graphs"):
-        _check_on("unfused", Case("graph", ms=[3], **SMALL), may_skip=True)  # topology cpu: every check of the graph family skips
+        # topology cpu: every check of the graph family skips
+        _check_on("unfused", Case("graph", ms=[3], **SMALL), may_skip=True)
     assert [r.status for r in recorded] == [Status.SKIPPED]
 
 
@@ -202,3 +203,36 @@ def test_a_campaign_across_nodes_runs_one_pytest_driver(tmp_path, monkeypatch, o
                         "--control-address", "127.0.0.1:29999"])
     (cmd,) = cmds
     assert cmd[cmd.index("-n") + 1] == "0", cmd
+
+
+def test_a_case_skipped_because_of_its_example_is_redrawn_even_beside_other_skips(recorded):
+    """Every check skipped, one of them because of this example (``per_example``: an M the implementation waives)
+    and others for reasons of their own (a call left to repeat, no padding rows): the example is rejected and
+    Hypothesis draws another -- never a skip of the whole test, which would drop its other examples."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.errors import Unsatisfiable
+
+    from fuzz.report import CaseReport
+
+    waived = _check("unaligned_m", passed=False, skipped=True, detail="M=3 waived", per_example=True)
+    other = _check("repeatable", passed=False, skipped=True, detail="no call left to repeat")
+
+    class StubPool:
+        spec = PoolSpec()
+
+        def run(self, case, deadline=None, *, fresh=False, replay=None):
+            return CaseReport(case=case, spec=self.spec, status=Status.SKIPPED, note="every check was skipped",
+                              ranks={0: _msg(waived, other), 1: _msg(other)})
+
+    @settings(max_examples=3, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.integers(0, 1))
+    def fuzz_test(_):
+        check_case(StubPool(), Case("compute", ms=[3], **SMALL))
+
+    try:
+        with pytest.raises(Unsatisfiable):  # every example rejected
+            fuzz_test()
+    except pytest.skip.Exception as exc:  # (would skip this test too: fail it instead)
+        pytest.fail(f"one example's waiver skipped the whole test: {exc}")
+    assert recorded and all(r.status == Status.SKIPPED for r in recorded)
