@@ -243,6 +243,17 @@ class OneUlpOffOnExactInputs(UnfusedGemmRs):
         return y
 
 
+class OutPaddingWritten(UnfusedGemmRs):
+    """Every call writes its result's padding rows (rows past the rank's valid ones), in out= too."""
+
+    name = "fake-cuda-out-padding-written"
+
+    def __call__(self, x, w, out=None):
+        y = super().__call__(x, w, out=out)
+        y[self.valid_rows(x.shape[0]):].fill_(7.0)
+        return y
+
+
 def graph_case_on_ranks(rank: int, world_size: int, *, impl: str, case_json: str):
     """One graph-family case on this gloo rank under the model: info holds this rank's failed and passed check
     names and how its graphs were replayed (run by tests/foundation/_dist.run_ranks)."""

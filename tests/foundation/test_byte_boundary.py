@@ -106,3 +106,38 @@ def test_drawn_cases_cross_the_limits_and_the_mutant_is_listed_for_the_gpu():
     assert all(c.max_M * c.N * 2 > 2**32 or c.max_M * c.N * 2 > 2**31 for c in seen)
     assert any(c.max_M * c.N * 2 > 2**32 for c in seen) and all(c.ms == [c.max_M] and c.max_M % 2 == 0 for c in seen)
     assert [s.name for s in GPU_NIGHTLY_CATALOGUE] == ["OffsetWraps32", "StagingOnDefaultDevice"]
+
+
+class CallRaisesUntyped(UnfusedGemmRs):
+    """The call at the large M raises an untyped error (an index computed past the buffer): no clean rejection."""
+
+    def __call__(self, x, w, out=None):
+        raise RuntimeError("illegal memory access at byte 2^31")
+
+
+class ReportsNoPath(UnfusedGemmRs):
+    """A call that reports no path of its own: ``last_path`` keeps what it held before the call (here: the main path,
+    as after an earlier call); only a harness that clears it before the call sees that nothing was reported."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.last_path = self.main_path
+
+    def __call__(self, x, w, out=None):
+        before = self.last_path
+        y = super().__call__(x, w, out=out)
+        self.last_path = before
+        return y
+
+
+def test_an_untyped_error_of_the_call_is_a_failure_not_a_clean_rejection():
+    checks = _run(CallRaisesUntyped, _case("gaussian"))
+    failed = [c for c in checks if not c.passed and not c.skipped]
+    assert [c.name for c in failed] == ["call_raised"], [c.render() for c in checks]
+    assert "RuntimeError" in failed[0].detail and "byte_boundary_rejected" not in {c.name for c in checks}
+
+
+def test_a_call_that_reports_no_path_fails_path_taken_whatever_the_instance_held_before():
+    checks = _run(ReportsNoPath, _case("gaussian"))
+    (path,) = [c for c in checks if c.name == "path_taken"]
+    assert not path.passed and not path.skipped, path.render()

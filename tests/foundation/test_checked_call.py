@@ -13,7 +13,7 @@ from _in_process import run_on_one_cpu_rank as _run
 from fuzz.case import Case
 from fuzz.families import FAMILIES
 from fuzz.families.calls import conformed
-from kernel.errors import UnsupportedConfigError
+from kernel.errors import SymmetricMemoryMismatch, UnsupportedConfigError
 from kernel.fused import FusedGemmRs
 from kernel.fused import wrapper as fused_wrapper
 from kernel.interface import Eligibility, GemmRsImplementation
@@ -201,3 +201,24 @@ def test_every_family_has_a_strategy():
     from fuzz.strategies import FAMILY_STRATEGIES
 
     assert tuple(FAMILIES) == tuple(FAMILY_STRATEGIES)
+
+
+class SymmetricMemoryRefused(UnfusedGemmRs):
+    """A construction that raises a typed error other than UnsupportedConfigError (the peers' workspaces differ): the
+    implementation failed on a configuration it accepts -- no claim about groups, so only the error's type decides."""
+
+    supports_group = classmethod(lambda cls, world_size: None)
+
+    def __init__(self, group=None, **kwargs):
+        raise SymmetricMemoryMismatch("the peers' symmetric workspaces differ in size")
+
+
+@pytest.mark.parametrize("family", ["compute", "capacity", "instances", "dispatch"])
+def test_a_typed_error_other_than_unsupported_config_at_construction_fails_every_family(family):
+    # neither a skip (UnsupportedConfigError's answer) nor the byte_boundary family's clean rejection
+    case = Case(family, ms=[3], bad="over" if family == "capacity" else None,
+                shapes=[[32, 64, 64]] if family == "instances" else None, **BASE)
+    checks = _run(SymmetricMemoryRefused, case)
+    assert [(c.name, c.passed, c.skipped) for c in checks] == [("call_raised", False, False)], \
+        [c.render() for c in checks]
+    assert "SymmetricMemoryMismatch" in checks[0].detail, checks[0].detail

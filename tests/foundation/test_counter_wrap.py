@@ -10,6 +10,7 @@ import pytest
 import torch
 from _in_process import failed_checks, run_on_one_cpu_rank
 
+from fuzz.families import RankContext, run_case
 from fuzz.families.wrap import WRAP_LEAD, advance_for, boundary, crossed
 from fuzz.strategies import WRAP_PLAN, declared_counter_bits, wrap_cases
 from kernel.unfused import UnfusedGemmRs
@@ -102,3 +103,19 @@ def test_fused_epoch_words_move_along_the_cycle_and_zero_stays_never_stored():
     assert as_u32(_advanced_epochs(words, 2, keep_zero=False))[0] == 2
     assert as_u32(_advanced_epochs(words, (1 << 32) - 1, keep_zero=True)) == u32  # a whole cycle
     assert 0 not in as_u32(_advanced_epochs(words, 3, keep_zero=False))
+
+
+def test_the_wrap_case_runs_on_an_instance_of_its_own_and_leaves_the_pools_as_it_was():
+    # the pool's long-lived instance of the shape serves the cases after this one: its counter is not advanced to the
+    # wrap and it is not closed by the wrap case
+    case = wrap_cases(1, "cpu")[1]
+    ctx = RankContext(EpochStamped, rank=0, world_size=1, device=torch.device("cpu"))
+    try:
+        pool = ctx.impl(case)
+        before = pool.call_counter()
+        assert not failed_checks(run_case(ctx, case))
+        assert ctx.impl(case) is pool and pool.call_counter() == before
+        after = run_case(ctx, dataclasses.replace(case, family="compute", wrap=None))
+        assert not failed_checks(after), [c.render() for c in failed_checks(after)]
+    finally:
+        ctx.close()

@@ -5,6 +5,8 @@ call -- sees it."""
 
 from __future__ import annotations
 
+import ctypes
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +17,7 @@ from fuzz.bad_calls import BAD_CALLS
 from fuzz.case import Case
 from fuzz.families import RankContext, bad_call, run_case
 from fuzz.families.calls import CallRaised, CaseCalls, raised_by_call
+from kernel.errors import CapacityError
 from kernel.unfused import UnfusedGemmRs
 from mutants import catalogue
 from properties.result import CheckResult
@@ -421,3 +424,137 @@ def test_the_end_of_case_checks_name_the_rank_that_made_them():
     ends = calls.finish()
     assert {c.name for c in ends} >= {"earlier_results_unchanged", "inputs_untouched"}
     assert {c.rank for c in calls.checks + ends} == {1}, [(c.name, c.rank) for c in calls.checks + ends]
+
+
+def test_the_late_rank_really_waits_its_delay_on_a_cpu_rank():
+    # the tests above stub RankContext.delay; the gate's cpu topology has no GPU stream to sleep on, so the
+    # host sleeps: a late rank that arrives on time never tests a peer that must wait for it
+    ctx = RankContext(UnfusedGemmRs, rank=0, world_size=1, device=CPU)
+    start = time.monotonic()
+    ctx.delay(40)
+    assert time.monotonic() - start >= 0.04
+
+
+def test_a_group_views_world_is_this_rank_at_its_world_rank():
+    # world rank 3 of 4 is group rank 1 of the TP group [2, 3]; back on the world it is rank 3 again (its inputs, its
+    # shard, its checks' rank), not group rank 1
+    world = RankContext(UnfusedGemmRs, rank=3, world_size=4, device=CPU)
+    world._shared.groups[(2, 3)] = object()
+    view = world.on_group([2, 3], 1)
+    assert (view.rank, view.world_size) == (1, 2)
+    back = view.world()
+    assert (back.rank, back.world_size, back.group, back.tp.members) == (3, 4, None, (0, 1, 2, 3))
+
+
+class _OffByOne(UnfusedGemmRs):
+    """A test implementation whose every valid element is one too large (far outside any tolerance)."""
+
+    name = "test-off-by-one"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        y[: self.valid_rows(M)].add_(1.0)
+        return y
+
+
+def test_the_dispatch_familys_tolerance_check_judges_the_implementations_side():
+    # gaussian inputs: dispatch_sides_agree compares shapes and padding only, the values are within_tolerance's (the
+    # torch side against the truth would pass whatever the implementation returned)
+    checks = run_on_one_cpu_rank(_OffByOne, Case("dispatch", ms=[5], kind="gaussian", repeat=1, **BASE))
+    bad = failed_checks(checks, "within_tolerance")
+    assert bad and {c.extra["call"] for c in bad} >= {"layer0"}, [c.render() for c in checks
+                                                                   if c.name == "within_tolerance"]
+
+
+def test_exact_inputs_on_the_torch_side_of_the_layer_still_compare_the_implementation_bit_for_bit():
+    # unfused's should_run says no below M = 128: the layer takes the torch path at M = 5, and the implementation's
+    # call made beside it (a call that ignores should_run is still correct) must give the torch path's bits
+    checks = run_on_one_cpu_rank(_LastRowOffByOneUlp, Case("dispatch", ms=[5], kind="exact", repeat=1, **BASE))
+    bad = failed_checks(checks, "dispatch_sides_agree")
+    assert bad and {c.extra["side"] for c in bad} == {"torch"}, [c.render() for c in checks
+                                                                  if c.name == "dispatch_sides_agree"]
+
+
+class _WrongAfterARejection(UnfusedGemmRs):
+    """A test implementation that rejects an M past max_M cleanly but is one too large on every call after that (a
+    rejection that left a half-updated epoch or a workspace pointer moved)."""
+
+    name = "test-wrong-after-a-rejection"
+
+    def validate(self, x, w, out):
+        try:
+            return super().validate(x, w, out)
+        except CapacityError:
+            self.rejected = True
+            raise
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if getattr(self, "rejected", False):
+            y[: self.valid_rows(M)].add_(1.0)
+        return y
+
+
+def test_the_capacity_familys_call_after_the_rejection_is_verified():
+    checks = run_on_one_cpu_rank(_WrongAfterARejection, Case("capacity", bad="over", ms=[5], repeat=1, **BASE))
+    assert not failed_checks(checks, "capacity_rejected"), [c.render() for c in checks]
+    bad = failed_checks(checks, "within_tolerance")
+    assert {c.extra.get("call") for c in bad} == {"after_reject"}, [c.render() for c in checks]
+
+
+class _NanToZero(UnfusedGemmRs):
+    """A test implementation that turns every non-finite element of its result into 0 (a "sanitised" epilogue)."""
+
+    name = "test-nan-to-zero"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        y.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        return y
+
+
+def test_the_nonfinite_pattern_is_the_implementations_against_the_oracles():
+    checks = run_on_one_cpu_rank(_NanToZero, Case("compute", ms=[5], kind="nonfinite", repeat=1, **BASE))
+    bad = failed_checks(checks, "nonfinite_pattern_matches")
+    assert {c.extra.get("call") for c in bad} >= {"call0"}, [c.render() for c in checks
+                                                            if c.name == "nonfinite_pattern_matches"]
+
+
+class _RedZoneWrittenOnRejection(UnfusedGemmRs):
+    """A test implementation that rejects an M past max_M with CapacityError, after a store into the row right after
+    ``out`` (a kernel launched before the check: no torch op, as a GPU kernel's store is none)."""
+
+    name = "test-red-zone-written-on-rejection"
+
+    def validate(self, x, w, out):
+        try:
+            return super().validate(x, w, out)
+        except CapacityError:
+            if out is not None:
+                size = out.element_size()
+                ctypes.memset(out.data_ptr() + out.numel() * size, 0x7F, out.shape[1] * size)
+            raise
+
+
+def test_a_rejected_capacity_call_has_the_red_zones_around_out_compared():
+    checks = run_on_one_cpu_rank(_RedZoneWrittenOnRejection, Case("capacity", bad="over", ms=[5], repeat=1, **BASE))
+    (rejected,) = [c for c in checks if c.name == "capacity_rejected"]
+    assert not rejected.passed and not rejected.skipped, rejected.render()
+
+
+class _GemmBeforeTheCapacityCheck(UnfusedGemmRs):
+    """A test implementation that runs its GEMM into a scratch buffer before checking M (on a GPU: a kernel queued
+    past the workspace before the check raises), then rejects an M past max_M with CapacityError, nothing watched
+    changed."""
+
+    name = "test-gemm-before-the-capacity-check"
+
+    def validate(self, x, w, out):
+        torch.mm(x[:1], w.t())
+        return super().validate(x, w, out)
+
+
+def test_a_rejected_capacity_call_must_queue_no_work_before_it_raises():
+    checks = run_on_one_cpu_rank(_GemmBeforeTheCapacityCheck, Case("capacity", bad="over", ms=[5], repeat=1, **BASE))
+    (rejected,) = [c for c in checks if c.name == "capacity_rejected"]
+    assert not rejected.passed and not rejected.skipped, rejected.render()

@@ -3,13 +3,16 @@ a CPU model of CUDA streams and graphs (tests/foundation/_fake_cuda.py): each ch
 bug only it sees, and the model's control passes every check. These are the checks the 36th session's audit of
 fuzz/families/ found unguarded off a GPU: a replay on another stream (G1), the replay padding against the buffer
 before the replay (G4), replays of one graph in a row (G5), the caller's copy taken right after the call (T1), the
-bitwise check against the oracle (T2)."""
+bitwise check against the oracle (T2); and those docs/evidence/2026-12-06d-families-audit/ found: a replay's bits
+against the oracle's (graph and dispatch), the eager call after the graphs, the red zones around out and the padding
+against the sentinel under streams."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 from _dist import run_ranks
 from _fake_cuda import (
     CapacityUncheckedWhileCapturing,
@@ -25,6 +28,7 @@ from _in_process import failed_checks, run_on_one_cpu_rank
 
 from fuzz.case import Case
 from fuzz.families import graph as graph_family
+from kernel.unfused import UnfusedGemmRs
 
 BASE = dict(seed=11, N=64, K=64, max_M=64)
 
@@ -127,3 +131,76 @@ def test_the_dispatch_layer_captured_in_a_graph_is_replayed_on_new_inputs_and_ch
 def run_on_one_cpu_rank_with_model(impl, case):
     with installed():
         return run_on_one_cpu_rank(impl, case)
+
+
+class _ReplayOneUlpOff(Replayable):
+    """Every replay one unit in the last place off in each valid element (the eager and captured calls are right):
+    within any tolerance, never bitwise the oracle's."""
+
+    name = "test-replay-one-ulp-off"
+
+    def replayed(self, g, x, w, y):
+        super().replayed(g, x, w, y)
+        y[: self.valid_rows(x.shape[0])].view(torch.int16).add_(1)
+
+
+@pytest.mark.parametrize("family, check", [("graph", "graph_replay_exact"), ("dispatch", "dispatch_graph_replay")])
+def test_a_replay_on_exact_inputs_is_compared_bit_for_bit_with_the_oracle(family, check):
+    case = Case(family, ms=[5], kind="exact", repeat=3 if family == "graph" else 1, **BASE)
+    checks = run_on_one_cpu_rank_with_model(_ReplayOneUlpOff, case)
+    assert failed_checks(checks, check), _failed(checks)
+    assert not failed_checks(checks, "graph_replay"), _failed(checks)  # one ulp is within tolerance
+
+
+class _RowAfterOutWritten(UnfusedGemmRs):
+    """The row after ``out`` (one row past the shard: out's red zone) written by every call with out=."""
+
+    name = "test-row-after-out-written"
+
+    def _run(self, x, w, out, M):
+        y = super()._run(x, w, out, M)
+        if out is not None:
+            start = out.storage_offset() + out.numel()
+            out.new_empty(0).set_(out.untyped_storage(), start, (out.shape[1],)).fill_(1.0)
+        return y
+
+
+def test_the_red_zones_around_out_are_read_after_each_stream_ordered_call():
+    # (on a GPU a kernel's store past out is no torch op: the red zones are its only witness)
+    checks = run_on_one_cpu_rank_with_model(_RowAfterOutWritten, _stream())
+    bad = failed_checks(checks, "guard_regions_untouched")
+    assert {c.extra.get("call") for c in bad} >= {"stream0", "stream1"}, _failed(checks)
+
+
+def test_the_stream_ordered_padding_is_compared_with_the_sentinel_out_held():
+    # W = 2, M = 5: rank 1 holds 2 valid rows of 3; its out='s padding row must keep the sentinel
+    worker = Path(__file__).resolve().parent / "_fake_cuda.py"
+    ranks = run_ranks(worker, "graph_case_on_ranks", 2,
+                      {"impl": "OutPaddingWritten", "case_json": _stream(ms=[5]).to_json()}, timeout=120)
+    by_rank = {v["rank"]: v["info"] for v in ranks}
+    assert "stream_ordered_padding" in by_rank[1]["failed"], by_rank
+    assert "stream_ordered_padding" not in by_rank[0]["failed"], by_rank  # rank 0 has no padding row
+
+
+class _EpochOffAfterReplaysInARow(Replayable):
+    """Replays of one graph in a row leave the instance's epoch one behind: the next eager call (the one after the
+    graphs are gone) is one too large in every valid element."""
+
+    name = "test-epoch-off-after-replays-in-a-row"
+
+    def replayed(self, g, x, w, y):
+        super().replayed(g, x, w, y)
+        if g.replays[-1][1]:
+            self.behind = True
+
+    def __call__(self, x, w, out=None):
+        y = super().__call__(x, w, out=out)
+        if getattr(self, "behind", False) and not torch.cuda.is_current_stream_capturing():
+            y[: self.valid_rows(x.shape[0])].add_(1.0)
+        return y
+
+
+def test_the_eager_call_after_the_graphs_is_verified():
+    checks = run_on_one_cpu_rank_with_model(_EpochOffAfterReplaysInARow, _graph())
+    bad = failed_checks(checks, "within_tolerance")
+    assert {c.extra.get("call") for c in bad} == {"eager_after_graph"}, _failed(checks)
