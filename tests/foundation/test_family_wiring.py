@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _in_process import CPU, failed_checks, run_on_one_cpu_rank
+from _in_process import CPU, RowAfterOutWritten, failed_checks, run_on_one_cpu_rank
 
 from fuzz.bad_calls import BAD_CALLS
 from fuzz.case import Case
@@ -116,7 +116,7 @@ def test_a_result_is_fresh_against_every_result_the_caller_holds_not_only_the_la
     assert "call0 (M=5)" in fresh["call0.repeat2"].detail, fresh["call0.repeat2"].detail
 
 
-class _RowAfterOutWrittenAndPutBack(UnfusedGemmRs):
+class RowAfterOutWrittenAndPutBack(UnfusedGemmRs):
     """A test implementation that uses the row after ``out`` (the caller's next tensor in its buffer) as scratch and
     puts its bits back before it returns: the red zones read after the call find them intact."""
 
@@ -134,7 +134,7 @@ class _RowAfterOutWrittenAndPutBack(UnfusedGemmRs):
 
 
 def test_a_write_around_out_put_back_before_the_call_returned_fails_inputs_untouched():
-    checks = run_on_one_cpu_rank(_RowAfterOutWrittenAndPutBack, Case("compute", ms=[5], repeat=1, **BASE))
+    checks = run_on_one_cpu_rank(RowAfterOutWrittenAndPutBack, Case("compute", ms=[5], repeat=1, **BASE))
     failed = failed_checks(checks)
     assert [c.name for c in failed] == ["inputs_untouched"], [c.render() for c in failed]
     assert "into the buffer around out" in failed[0].detail, failed[0].detail
@@ -378,22 +378,10 @@ def test_the_differential_digest_of_a_call_covers_its_last_valid_row():
     assert digest_of_call0(_LastRowOffByOneUlp) != digest_of_call0(UnfusedGemmRs)
 
 
-class _RowAfterOutWritten(UnfusedGemmRs):
-    """A test implementation that writes the row after ``out`` (one row past the shard) and leaves it so."""
-
-    name = "test-row-after-out-written"
-
-    def _run(self, x, w, out, M):
-        y = super()._run(x, w, out, M)
-        if out is not None:
-            start = out.storage_offset() + out.numel()
-            out.new_empty(0).set_(out.untyped_storage(), start, (out.shape[1],)).fill_(1.0)
-        return y
-
 
 def test_the_red_zones_around_out_are_read_after_every_call_with_out():
     # (a kernel's stores are no torch ops: on a GPU the red zones are the only witness of a write past out)
-    checks = run_on_one_cpu_rank(_RowAfterOutWritten, Case("compute", ms=[5], repeat=1, **BASE))
+    checks = run_on_one_cpu_rank(RowAfterOutWritten, Case("compute", ms=[5], repeat=1, **BASE))
     guards = [c for c in checks if c.name == "guard_regions_untouched" and c.extra.get("call") == "call0"]
     assert guards and not guards[0].passed and "out" in guards[0].detail, [c.render() for c in guards]
 

@@ -24,11 +24,10 @@ from _fake_cuda import (
     WrongOnAnotherStream,
     installed,
 )
-from _in_process import failed_checks, run_on_one_cpu_rank
+from _in_process import RowAfterOutWritten, failed_checks, run_on_one_cpu_rank
 
 from fuzz.case import Case
 from fuzz.families import graph as graph_family
-from kernel.unfused import UnfusedGemmRs
 
 BASE = dict(seed=11, N=64, K=64, max_M=64)
 
@@ -152,22 +151,10 @@ def test_a_replay_on_exact_inputs_is_compared_bit_for_bit_with_the_oracle(family
     assert not failed_checks(checks, "graph_replay"), _failed(checks)  # one ulp is within tolerance
 
 
-class _RowAfterOutWritten(UnfusedGemmRs):
-    """The row after ``out`` (one row past the shard: out's red zone) written by every call with out=."""
-
-    name = "test-row-after-out-written"
-
-    def _run(self, x, w, out, M):
-        y = super()._run(x, w, out, M)
-        if out is not None:
-            start = out.storage_offset() + out.numel()
-            out.new_empty(0).set_(out.untyped_storage(), start, (out.shape[1],)).fill_(1.0)
-        return y
-
 
 def test_the_red_zones_around_out_are_read_after_each_stream_ordered_call():
     # (on a GPU a kernel's store past out is no torch op: the red zones are its only witness)
-    checks = run_on_one_cpu_rank_with_model(_RowAfterOutWritten, _stream())
+    checks = run_on_one_cpu_rank_with_model(RowAfterOutWritten, _stream())
     bad = failed_checks(checks, "guard_regions_untouched")
     assert {c.extra.get("call") for c in bad} >= {"stream0", "stream1"}, _failed(checks)
 
