@@ -31,6 +31,7 @@ import torch
 from fuzz.families import RankContext
 from fuzz.families import streams as streams_family
 from kernel.checks import check_operands
+from kernel.registry import load_implementation
 from kernel.unfused import UnfusedGemmRs
 
 _ids = itertools.count()
@@ -243,17 +244,6 @@ class OneUlpOffOnExactInputs(UnfusedGemmRs):
         return y
 
 
-class OutPaddingWritten(UnfusedGemmRs):
-    """Every call writes its result's padding rows (rows past the rank's valid ones), in out= too."""
-
-    name = "fake-cuda-out-padding-written"
-
-    def __call__(self, x, w, out=None):
-        y = super().__call__(x, w, out=out)
-        y[self.valid_rows(x.shape[0]):].fill_(7.0)
-        return y
-
-
 def graph_case_on_ranks(rank: int, world_size: int, *, impl: str, case_json: str):
     """One graph-family case on this gloo rank under the model: info holds this rank's failed and passed check
     names and how its graphs were replayed (run by tests/foundation/_dist.run_ranks)."""
@@ -261,7 +251,8 @@ def graph_case_on_ranks(rank: int, world_size: int, *, impl: str, case_json: str
     from fuzz.families import run_case
 
     with installed() as rt:
-        ctx = RankContext(globals()[impl], rank=rank, world_size=world_size, device=torch.device("cpu"))
+        factory = globals()[impl] if impl in globals() else load_implementation(impl)  # or "module:Class"
+        ctx = RankContext(factory, rank=rank, world_size=world_size, device=torch.device("cpu"))
         try:
             checks = run_case(ctx, Case.from_json(case_json))
         finally:

@@ -162,8 +162,8 @@ def test_the_red_zones_around_out_are_read_after_each_stream_ordered_call():
 def test_the_stream_ordered_padding_is_compared_with_the_sentinel_out_held():
     # W = 2, M = 5: rank 1 holds 2 valid rows of 3; its out='s padding row must keep the sentinel
     worker = Path(__file__).resolve().parent / "_fake_cuda.py"
-    ranks = run_ranks(worker, "graph_case_on_ranks", 2,
-                      {"impl": "OutPaddingWritten", "case_json": _stream(ms=[5]).to_json()}, timeout=120)
+    ranks = run_ranks(worker, "graph_case_on_ranks", 2, {"impl": "mutants.catalogue:PaddingRowsZeroed",
+                                                          "case_json": _stream(ms=[5]).to_json()}, timeout=120)
     by_rank = {v["rank"]: v["info"] for v in ranks}
     assert "stream_ordered_padding" in by_rank[1]["failed"], by_rank
     assert "stream_ordered_padding" not in by_rank[0]["failed"], by_rank  # rank 0 has no padding row
