@@ -7,7 +7,6 @@ import torch
 
 from fuzz.case import Case
 from fuzz.families import RankContext, run_case
-from kernel.unfused import UnfusedGemmRs
 
 CPU = torch.device("cpu")
 
@@ -25,17 +24,3 @@ def failed_checks(checks, name=None):
     """The checks that failed (skipped ones never count), all or those named ``name``."""
     return [c for c in checks if not c.passed and not c.skipped and (name is None or c.name == name)]
 
-
-class RowAfterOutWritten(UnfusedGemmRs):
-    """A test implementation that writes the row after ``out`` (one row past the shard: out's red zone) in every
-    call with ``out=`` and leaves it so (a kernel's stores are no torch ops: on a GPU the red zones are the only
-    witness of a write past out)."""
-
-    name = "test-row-after-out-written"
-
-    def _run(self, x, w, out, M):
-        y = super()._run(x, w, out, M)
-        if out is not None:
-            start = out.storage_offset() + out.numel()
-            out.new_empty(0).set_(out.untyped_storage(), start, (out.shape[1],)).fill_(1.0)
-        return y

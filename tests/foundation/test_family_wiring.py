@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _in_process import CPU, RowAfterOutWritten, failed_checks, run_on_one_cpu_rank
+from _in_process import CPU, failed_checks, run_on_one_cpu_rank
 
 from fuzz.bad_calls import BAD_CALLS
 from fuzz.case import Case
@@ -381,7 +381,7 @@ def test_the_differential_digest_of_a_call_covers_its_last_valid_row():
 
 def test_the_red_zones_around_out_are_read_after_every_call_with_out():
     # (a kernel's stores are no torch ops: on a GPU the red zones are the only witness of a write past out)
-    checks = run_on_one_cpu_rank(RowAfterOutWritten, Case("compute", ms=[5], repeat=1, **BASE))
+    checks = run_on_one_cpu_rank(catalogue.RowPastEndOfOut, Case("compute", ms=[5], repeat=1, **BASE))
     guards = [c for c in checks if c.name == "guard_regions_untouched" and c.extra.get("call") == "call0"]
     assert guards and not guards[0].passed and "out" in guards[0].detail, [c.render() for c in guards]
 
@@ -490,19 +490,8 @@ def test_the_capacity_familys_call_after_the_rejection_is_verified():
     assert {c.extra.get("call") for c in bad} == {"after_reject"}, [c.render() for c in checks]
 
 
-class _NanToZero(UnfusedGemmRs):
-    """A test implementation that turns every non-finite element of its result into 0 (a "sanitised" epilogue)."""
-
-    name = "test-nan-to-zero"
-
-    def _run(self, x, w, out, M):
-        y = super()._run(x, w, out, M)
-        y.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-        return y
-
-
 def test_the_nonfinite_pattern_is_the_implementations_against_the_oracles():
-    checks = run_on_one_cpu_rank(_NanToZero, Case("compute", ms=[5], kind="nonfinite", repeat=1, **BASE))
+    checks = run_on_one_cpu_rank(catalogue.NaNSwallowed, Case("compute", ms=[5], kind="nonfinite", repeat=1, **BASE))
     bad = failed_checks(checks, "nonfinite_pattern_matches")
     assert {c.extra.get("call") for c in bad} >= {"call0"}, [c.render() for c in checks
                                                             if c.name == "nonfinite_pattern_matches"]

@@ -24,10 +24,11 @@ from _fake_cuda import (
     WrongOnAnotherStream,
     installed,
 )
-from _in_process import RowAfterOutWritten, failed_checks, run_on_one_cpu_rank
+from _in_process import failed_checks, run_on_one_cpu_rank
 
 from fuzz.case import Case
 from fuzz.families import graph as graph_family
+from mutants import catalogue
 
 BASE = dict(seed=11, N=64, K=64, max_M=64)
 
@@ -154,7 +155,7 @@ def test_a_replay_on_exact_inputs_is_compared_bit_for_bit_with_the_oracle(family
 
 def test_the_red_zones_around_out_are_read_after_each_stream_ordered_call():
     # (on a GPU a kernel's store past out is no torch op: the red zones are its only witness)
-    checks = run_on_one_cpu_rank_with_model(RowAfterOutWritten, _stream())
+    checks = run_on_one_cpu_rank_with_model(catalogue.RowPastEndOfOut, _stream())
     bad = failed_checks(checks, "guard_regions_untouched")
     assert {c.extra.get("call") for c in bad} >= {"stream0", "stream1"}, _failed(checks)
 
